@@ -1,0 +1,3 @@
+"""mcpd: edge AI runtime daemon."""
+
+__version__ = "0.1.0"

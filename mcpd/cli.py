@@ -1,0 +1,166 @@
+"""`mcpd`: the daemon and its admin commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from mcpd import __version__, config, domains
+from mcpd.baseline import Baseline
+
+log = logging.getLogger("mcpd")
+
+
+def _setup_logging(level: str) -> None:
+    # No timestamps: journald adds its own.
+    logging.basicConfig(
+        level=level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+def _load_config(path: str | None) -> config.Config:
+    """The given file; else /etc/mcpd/mcpd.toml if it exists; else the defaults."""
+    if path is not None:
+        return config.load(path)
+    if config.DEFAULT_PATH.exists():
+        return config.load(config.DEFAULT_PATH)
+    return config.Config()
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        config.load(args.file)
+    except config.ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.file}: OK")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from mcpd.probe import format_table, probe
+
+    cfg = _load_config(args.config)
+    root = args.sysfs_root or cfg.daemon.sysfs_root
+    result = probe(root, cfg.sensors.governing_temperatures, cfg.sensors.governing_powers)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    cfg = _load_config(args.config)
+    root = args.sysfs_root or cfg.daemon.sysfs_root
+    baseline = Baseline(args.state_dir or cfg.daemon.state_dir, root)
+    if not baseline.entries:
+        print("nothing to restore")
+        return 0
+    report = baseline.restore(domains.discover(root))
+    for name in report.restored:
+        print(f"restored {name}")
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if report.problems else 0
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from mcpd.sim import PROFILES, LoadSchedule, Simulator
+    from mcpd.sim.faults import parse as parse_fault
+
+    try:
+        load = LoadSchedule.parse(args.load)
+        faults = [parse_fault(spec) for spec in args.fault]
+        simulator = Simulator(
+            PROFILES[args.profile],
+            args.root,
+            speed=args.speed,
+            load=load,
+            faults=faults,
+            seed=args.seed,
+        )
+        simulator.build()
+    except ValueError as exc:
+        print(f"mcpd sim: {exc}", file=sys.stderr)
+        return 2
+    stop = _stop_on_signals()
+    log.info(
+        "simulating %s under %s (load %s, speed x%g)",
+        args.profile,
+        args.root,
+        args.load,
+        args.speed,
+    )
+    simulator.run(stop, args.step_ms / 1000)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mcpd.sim import PROFILES
+
+    parser = argparse.ArgumentParser(prog="mcpd", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mcpd {__version__}")
+    parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = commands.add_parser(
+        "check-config", help="validate a config file; non-zero exit if invalid"
+    )
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=cmd_check_config, default_level="warning")
+
+    probe = commands.add_parser(
+        "probe", help="show the board's platform, sensors and frequency domains"
+    )
+    probe.add_argument("--sysfs-root", help="read sysfs under this folder instead of the config's")
+    probe.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
+    probe.add_argument("--json", action="store_true", help="machine-readable output")
+    probe.set_defaults(func=cmd_probe, default_level="error")
+
+    restore = commands.add_parser("restore", help="write the saved baseline caps back (idempotent)")
+    restore.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
+    restore.add_argument("--sysfs-root")
+    restore.add_argument("--state-dir")
+    restore.set_defaults(func=cmd_restore, default_level="info")
+
+    sim = commands.add_parser("sim", help="run a simulated board under a folder until SIGTERM")
+    sim.add_argument("--profile", required=True, choices=sorted(PROFILES))
+    sim.add_argument("--root", required=True, type=Path, help="folder to build the fake tree in")
+    sim.add_argument(
+        "--load", default="sustained", help="idle, sustained or bursts[:ON/OFF] (default sustained)"
+    )
+    sim.add_argument(
+        "--speed", type=float, default=1.0, help="simulated thermal time per wall second"
+    )
+    sim.add_argument(
+        "--fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]], repeatable"
+    )
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--step-ms", type=float, default=50.0)
+    sim.set_defaults(func=cmd_sim, default_level="info")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level or args.default_level)
+    try:
+        return int(args.func(args))
+    except config.ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1

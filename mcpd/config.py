@@ -1,0 +1,255 @@
+"""The configuration file (/etc/mcpd/mcpd.toml), parsed once into one immutable, typed object.
+
+pydantic does the checking: every key is typed, ranged and closed (unknown keys are errors), and
+its error locations become the key paths in our messages. Every default here is documented in
+examples/mcpd.toml, which a test keeps in step with this file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+DEFAULT_PATH = Path("/etc/mcpd/mcpd.toml")
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; `problems` name the file, key path and expectation."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Ms = Annotated[StrictInt, Field(ge=10, le=60_000)]
+Celsius = Annotated[StrictFloat, Field(ge=-40, le=150)]
+Watts = Annotated[StrictFloat, Field(gt=0, le=2000)]
+Mhz = Annotated[StrictFloat, Field(gt=0, le=100_000)]
+Name = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", max_length=128)]
+
+
+class DaemonSection(Section):
+    sysfs_root: StrictStr = "/"
+    socket: StrictStr = "/run/mcpd/mcpd.sock"
+    socket_group: StrictStr = ""
+    state_dir: StrictStr = "/var/lib/mcpd"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class SamplingSection(Section):
+    temperature_ms: Ms = 200
+    power_ms: Ms = 100
+    stale_ms: Annotated[StrictInt, Field(ge=100, le=60_000)] = 1000
+
+
+class SensorsSection(Section):
+    governing_temperatures: tuple[StrictStr, ...] = ()
+    governing_powers: tuple[StrictStr, ...] = ()
+
+
+class DomainSection(Section):
+    enabled: StrictBool = True
+    min_mhz: Mhz | None = None
+    max_mhz: Mhz | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DomainSection:
+        if self.min_mhz is not None and self.max_mhz is not None and self.min_mhz >= self.max_mhz:
+            raise ValueError("min_mhz must be below max_mhz")
+        return self
+
+
+class GovernorSection(Section):
+    temp_high_c: Celsius = 85.0
+    temp_low_c: Celsius = 75.0
+    power_high_w: Watts = 12.0
+    power_low_w: Watts = 9.0
+    down_factor: Annotated[StrictFloat, Field(gt=0, lt=1)] = 0.7
+    up_factor: Annotated[StrictFloat, Field(gt=1, le=4)] = 1.15
+    min_mhz: Mhz = 800.0
+    max_mhz: Mhz = 3200.0
+    raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] = 0
+    domains: dict[Name, DomainSection] = {}
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GovernorSection:
+        if self.temp_low_c >= self.temp_high_c:
+            raise ValueError("temp_low_c must be below temp_high_c")
+        if self.power_low_w >= self.power_high_w:
+            raise ValueError("power_low_w must be below power_high_w")
+        if self.min_mhz >= self.max_mhz:
+            raise ValueError("min_mhz must be below max_mhz")
+        return self
+
+
+class OnnxRuntimeOptions(Section):
+    providers: tuple[Literal["tensorrt", "cuda", "cpu"], ...] = ("tensorrt", "cuda", "cpu")
+    intra_op_threads: Annotated[StrictInt, Field(ge=0, le=256)] = 0
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    optimized_model_path: StrictStr = ""
+    trt_cache_dir: StrictStr = ""
+    trt_fp16: StrictBool = False
+    device_id: Annotated[StrictInt, Field(ge=0, le=64)] = 0
+
+
+class RknnOptions(Section):
+    core_mask: Literal["auto", "0", "1", "2", "0_1", "0_1_2", "all"] = "auto"
+
+
+class ModelSection(Section):
+    name: Name
+    path: StrictStr
+    backend: Literal["auto", "onnxruntime", "rknn"] = "auto"
+    max_batch: Annotated[StrictInt, Field(ge=1, le=4096)] = 8
+    max_queue_delay_ms: Annotated[StrictFloat, Field(ge=0, le=10_000)] = 2.0
+    preferred_batch_sizes: tuple[Annotated[StrictInt, Field(ge=1, le=4096)], ...] = ()
+    max_queue_size: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 256
+    timeout_ms: Annotated[StrictInt, Field(ge=0, le=3_600_000)] = 0
+    onnxruntime: OnnxRuntimeOptions = OnnxRuntimeOptions()
+    rknn: RknnOptions = RknnOptions()
+
+    @model_validator(mode="after")
+    def _batch_sizes(self) -> ModelSection:
+        too_big = [size for size in self.preferred_batch_sizes if size > self.max_batch]
+        if too_big:
+            raise ValueError(f"preferred_batch_sizes {too_big} exceed max_batch {self.max_batch}")
+        return self
+
+
+class TlsSection(Section):
+    enabled: StrictBool = False
+    ca_file: StrictStr = ""
+    cert_file: StrictStr = ""
+    key_file: StrictStr = ""
+
+
+class MqttSection(Section):
+    enabled: StrictBool = False
+    host: StrictStr = "localhost"
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 1883
+    protocol: Literal["5", "3.1.1"] = "5"
+    device_id: StrictStr = ""
+    topic_prefix: Annotated[StrictStr, Field(pattern=r"^[^#+]+$")] = "mcpd"
+    telemetry_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 1000
+    qos: Literal[0, 1, 2] = 1
+    spool_messages: Annotated[StrictInt, Field(ge=10, le=10_000_000)] = 10_000
+    keepalive_s: Annotated[StrictInt, Field(ge=5, le=3600)] = 30
+    username: StrictStr = ""
+    password_file: StrictStr = ""
+    tls: TlsSection = TlsSection()
+    homeassistant_discovery: StrictBool = False
+    homeassistant_prefix: StrictStr = "homeassistant"
+    commands_enabled: StrictBool = False
+
+
+class Config(Section):
+    daemon: DaemonSection = DaemonSection()
+    sampling: SamplingSection = SamplingSection()
+    sensors: SensorsSection = SensorsSection()
+    governor: GovernorSection = GovernorSection()
+    models: tuple[ModelSection, ...] = ()
+    mqtt: MqttSection = MqttSection()
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> Config:
+        names = [model.name for model in self.models]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(top level)"
+
+
+def _section_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The section class a location points into, to list its keys in an "unknown key" error."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args, *(getattr(arg, "__args__", ()) for arg in args)]
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if model is None:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _describe(error: Any) -> str:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        section = _section_at(loc[:-1])
+        known = f"; expected one of: {', '.join(section.model_fields)}" if section else ""
+        return f"{_key_path(loc)}: unknown key{known}"
+    if kind == "missing":
+        return f"{_key_path(loc)}: required key is missing"
+    message = (
+        str(error["msg"]).replace("Value error, ", "").replace("Input should be ", "expected ")
+    )
+    if kind == "value_error":
+        return f"{_key_path(loc)}: {message}"
+    return f"{_key_path(loc)}: {message}, got {error.get('input')!r}"
+
+
+def parse(data: dict[str, Any], source: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, [_describe(error) for error in exc.errors()]) from None
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate a config file. Relative model paths are taken from the file's folder."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
+    config = parse(data, str(path))
+    models = tuple(
+        model.model_copy(update={"path": str(path.parent / model.path)})
+        if not Path(model.path).is_absolute()
+        else model
+        for model in config.models
+    )
+    return config.model_copy(update={"models": models})

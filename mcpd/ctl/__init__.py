@@ -1,0 +1,19 @@
+"""`mcpctl`: the client for a running mcpd."""
+
+from __future__ import annotations
+
+import argparse
+
+from mcpd import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcpctl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mcpctl {__version__}")
+    parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))

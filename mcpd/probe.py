@@ -1,0 +1,106 @@
+"""`mcpd probe`: a one-shot look at the board, as a table or as JSON for scripts.
+
+The JSON shape is a stable interface: platform, temperatures [{name, source, celsius|null}],
+powers [{name, source, watts|null}], temperature_c, power_w, power_estimated, domains
+[{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model and power_source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mcpd import board, domains
+from sensors import SensorSet
+
+SAMPLE_GAP_S = 0.1
+"""Counter-based power (RAPL) needs two samples."""
+
+
+def probe(
+    root: str | Path,
+    governing_temperatures: Sequence[str] = (),
+    governing_powers: Sequence[str] = (),
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    detected = board.detect(root)
+    sensors = SensorSet.discover(root, governing_temperatures, governing_powers)
+    found = domains.discover(root)
+    sensors.sample_powers(time.monotonic())
+    sleep(SAMPLE_GAP_S)
+    temperatures = sensors.sample_temperatures()
+    powers = sensors.sample_powers(time.monotonic())
+    return {
+        "platform": detected.platform,
+        "model": detected.model,
+        "temperatures": [
+            {
+                "name": r.name,
+                "source": r.source,
+                "celsius": r.celsius,
+                "governs": r.name in sensors.governing_names,
+            }
+            for r in temperatures.readings
+        ],
+        "powers": [
+            {"name": r.name, "source": r.source, "watts": _round(r.watts)} for r in powers.readings
+        ],
+        "temperature_c": temperatures.celsius,
+        "power_w": _round(powers.watts),
+        "power_estimated": powers.estimated,
+        "power_source": sensors.power_plan.reason,
+        "domains": [
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "min_mhz": d.min_mhz,
+                "max_mhz": d.max_mhz,
+                "cap_mhz": d.read_cap_mhz(),
+                "available_mhz": list(d.available_mhz),
+            }
+            for d in found
+        ],
+    }
+
+
+def _round(watts: float | None) -> float | None:
+    return None if watts is None else round(watts, 3)
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"platform     {result['platform']}" + (f"  ({result['model']})" if result["model"] else "")
+    ]
+    lines.append(f"temperature  {_fmt(result['temperature_c'])} °C  (hottest governing sensor)")
+    note = result["power_source"] + (", estimated" if result["power_estimated"] else "")
+    power = "none" if result["power_w"] is None else f"{result['power_w']:.2f} W"
+    lines.append(f"power        {power}  ({note})")
+    lines.append("")
+    lines.append(f"{'TEMPERATURE':<28} {'SOURCE':<22} {'°C':>7}  GOVERNS")
+    for t in result["temperatures"]:
+        lines.append(
+            f"{t['name']:<28} {t['source']:<22} {_fmt(t['celsius']):>7}  {'yes' if t['governs'] else ''}"
+        )
+    if result["powers"]:
+        lines.append("")
+        lines.append(f"{'POWER':<28} {'SOURCE':<22} {'W':>7}")
+        for p in result["powers"]:
+            lines.append(f"{p['name']:<28} {p['source']:<22} {_fmt(p['watts'], 2):>7}")
+    if result["domains"]:
+        lines.append("")
+        lines.append(
+            f"{'DOMAIN':<16} {'KIND':<8} {'MIN MHz':>8} {'MAX MHz':>8} {'CAP MHz':>8}  STEPS"
+        )
+        for d in result["domains"]:
+            steps = str(len(d["available_mhz"])) if d["available_mhz"] else "continuous"
+            lines.append(
+                f"{d['name']:<16} {d['kind']:<8} {d['min_mhz']:>8.1f} {d['max_mhz']:>8.1f} "
+                f"{_fmt(d['cap_mhz']):>8}  {steps}"
+            )
+    return "\n".join(lines)

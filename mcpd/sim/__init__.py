@@ -1,0 +1,7 @@
+"""A simulated board: a faithful sysfs tree under a folder, kept alive by a small plant model."""
+
+from mcpd.sim.faults import Fault
+from mcpd.sim.profiles import PROFILES, Profile
+from mcpd.sim.runner import STATE_FILE, LoadSchedule, Simulator
+
+__all__ = ["PROFILES", "STATE_FILE", "Fault", "LoadSchedule", "Profile", "Simulator"]

@@ -1,0 +1,112 @@
+"""The physics of a simulated board: power from load and clocks, temperature from power.
+
+Pure: state in, state out, no files and no clock. The model is deliberately small:
+
+- Each frequency domain (CPU cluster, GPU, NPU) draws dynamic power
+  P = P_max * util * (f / f_max) * (V(f) / V_max)^2, with V linear in f from `v_min_ratio * V_max`
+  at f_min to V_max at f_max (CMOS dynamic power is proportional to f V^2).
+- Static SoC power grows with temperature (leakage): P_static * (1 + leakage_per_c * (T - 25)).
+- The die is one first-order thermal mass: T relaxes towards T_amb + R_th * P_soc with time
+  constant tau; solved exactly per step, so any step length is stable.
+- The rest of the board (DRAM, I/O, regulators) adds `board_w` to input power but not to the die.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DomainModel:
+    name: str
+    load: str
+    """Which load of the schedule drives it: "cpu", "gpu" or "npu"."""
+    min_khz: int
+    max_khz: int
+    table_khz: tuple[int, ...]
+    """Available frequencies; empty for drivers without a table (intel_pstate)."""
+    power_max_w: float
+    """Dynamic power at f_max, fully busy."""
+    v_min_ratio: float = 0.6
+
+
+@dataclass(frozen=True)
+class Thermal:
+    ambient_c: float
+    r_th: float
+    """Junction-to-ambient thermal resistance, K/W."""
+    tau_s: float
+    """Thermal time constant, seconds of simulated time."""
+    static_w: float
+    """SoC static power at 25 °C."""
+    leakage_per_c: float
+    board_w: float
+    """Board power outside the SoC (counted in input power, not heating the die)."""
+
+
+@dataclass(frozen=True)
+class PlantState:
+    die_c: float
+    freqs_khz: tuple[int, ...]
+    """Current frequency of each domain, in the order of the board's domains."""
+    domain_w: tuple[float, ...]
+    static_w: float
+    board_w: float
+
+    @property
+    def soc_w(self) -> float:
+        return sum(self.domain_w) + self.static_w
+
+    @property
+    def input_w(self) -> float:
+        return self.soc_w + self.board_w
+
+
+def clamp_to_table(khz: int, domain: DomainModel) -> int:
+    """What the kernel runs at for a request of `khz`: within range, at a table entry not above."""
+    khz = min(max(khz, domain.min_khz), domain.max_khz)
+    below = [value for value in domain.table_khz if value <= khz]
+    if domain.table_khz:
+        return max(below) if below else domain.table_khz[0]
+    return khz
+
+
+def running_khz(domain: DomainModel, util: float, cap_khz: int) -> int:
+    """An ondemand-like choice: frequency rises with utilisation, limited by the cap."""
+    demand = domain.min_khz + util * (domain.max_khz - domain.min_khz)
+    return clamp_to_table(min(round(demand), cap_khz), domain)
+
+
+def dynamic_power(domain: DomainModel, util: float, khz: int) -> float:
+    span = domain.max_khz - domain.min_khz
+    position = (khz - domain.min_khz) / span if span else 1.0
+    v_ratio = domain.v_min_ratio + (1.0 - domain.v_min_ratio) * position
+    return domain.power_max_w * util * (khz / domain.max_khz) * v_ratio**2
+
+
+def step(
+    state: PlantState,
+    domains: tuple[DomainModel, ...],
+    thermal: Thermal,
+    utils: tuple[float, ...],
+    caps_khz: tuple[int, ...],
+    dt_s: float,
+) -> PlantState:
+    """Advance the plant by dt_s of simulated time with the given utilisations and caps."""
+    freqs = tuple(
+        running_khz(d, u, cap) for d, u, cap in zip(domains, utils, caps_khz, strict=True)
+    )
+    domain_w = tuple(dynamic_power(d, u, f) for d, u, f in zip(domains, utils, freqs, strict=True))
+    static_w = thermal.static_w * max(0.0, 1.0 + thermal.leakage_per_c * (state.die_c - 25.0))
+    soc_w = sum(domain_w) + static_w
+    target_c = thermal.ambient_c + thermal.r_th * soc_w
+    die_c = target_c + (state.die_c - target_c) * math.exp(-dt_s / thermal.tau_s)
+    return PlantState(die_c, freqs, domain_w, static_w, thermal.board_w)
+
+
+def initial_state(domains: tuple[DomainModel, ...], thermal: Thermal) -> PlantState:
+    """The board at rest: idle clocks, die at the idle steady state."""
+    freqs = tuple(d.table_khz[0] if d.table_khz else d.min_khz for d in domains)
+    idle = thermal.ambient_c + thermal.r_th * thermal.static_w
+    return PlantState(idle, freqs, tuple(0.0 for _ in domains), thermal.static_w, thermal.board_w)

@@ -1,0 +1,247 @@
+"""The simulated board as a running plant: reads the caps mcpd writes, advances the physics, and
+rewrites every sensor, clock and counter file.
+
+`speed` compresses simulated thermal time (the load schedule and the thermal mass run `speed` times
+faster than the wall clock) while power stays power: energy counters advance in wall-clock time,
+so a reader computing watts from RAPL deltas sees the plant's true power.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcpd.sim import plant
+from mcpd.sim.faults import Fault
+from mcpd.sim.profiles import PART_NAMES, Profile
+from mcpd.sim.tree import BoardTree, Inputs
+from sensors.sysfs import parse_int, read_text
+
+log = logging.getLogger("mcpd.sim")
+
+STATE_FILE = "run/mcpd-sim/state.json"
+"""Relative to the root: the plant's true state, for tests and benchmarks (not a sysfs file)."""
+
+_IDLE = {"cpu": 0.05, "gpu": 0.0, "npu": 0.0}
+_BUSY = {"cpu": 1.0, "gpu": 1.0, "npu": 1.0}
+_GARBAGE = "\x00\x7f#err\n"
+COUNTER_TICK_S = 0.005
+
+
+@dataclass(frozen=True)
+class LoadSchedule:
+    """idle, sustained (everything busy), or bursts[:ON/OFF] seconds of simulated time."""
+
+    kind: str
+    on_s: float = 30.0
+    off_s: float = 30.0
+
+    def utils(self, sim_s: float) -> dict[str, float]:
+        if self.kind == "sustained":
+            return _BUSY
+        if self.kind == "bursts" and sim_s % (self.on_s + self.off_s) < self.on_s:
+            return _BUSY
+        return _IDLE
+
+    @classmethod
+    def parse(cls, spec: str) -> LoadSchedule:
+        kind, _, periods = spec.partition(":")
+        if kind in ("idle", "sustained") and not periods:
+            return cls(kind)
+        if kind == "bursts":
+            if not periods:
+                return cls(kind)
+            on, _, off = periods.partition("/")
+            try:
+                schedule = cls(kind, float(on), float(off or on))
+            except ValueError:
+                schedule = None
+            if schedule and schedule.on_s > 0 and schedule.off_s > 0:
+                return schedule
+        raise ValueError(f"load {spec!r}: expected idle, sustained or bursts[:ON/OFF]")
+
+
+class Simulator:
+    def __init__(
+        self,
+        profile: Profile,
+        root: str | Path,
+        *,
+        speed: float = 1.0,
+        load: LoadSchedule = LoadSchedule("sustained"),
+        faults: Iterable[Fault] = (),
+        seed: int = 0,
+    ) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.profile = profile
+        self.root = Path(root)
+        self.speed = speed
+        self.load = load
+        self.faults = tuple(faults)
+        self.tree = BoardTree(profile, self.root)
+        self.domains = tuple(
+            plant.DomainModel(f"policy{p.number}", "cpu", p.min_khz, p.max_khz, p.table_khz, p.power_max_w)
+            for p in profile.cpus
+        ) + tuple(
+            plant.DomainModel(d.name, d.load, d.table_hz[0] // 1000, d.table_hz[-1] // 1000,
+                              tuple(f // 1000 for f in d.table_hz), d.power_max_w)
+            for d in profile.devfreqs
+        )  # fmt: skip
+        self.state = plant.initial_state(self.domains, profile.thermal)
+        self.caps_khz = tuple(d.max_khz for d in self.domains)
+        # Start RAPL counters 20 J below their wrap so every run exercises the wraparound early.
+        start = profile.rapl_max_energy_uj - 20_000_000
+        self.energy_uj = {zone.zone_id: start for zone in profile.rapl}
+        self.elapsed_s = 0.0
+        self.sim_s = 0.0
+        self.work_mhz_s = {d.name: 0.0 for d in self.domains}
+        self.utils = _IDLE
+        self._rng = random.Random(seed)
+        self._renumbered: set[Fault] = set()
+        self._state_written = -1.0
+        self._inputs: Inputs | None = None
+
+    def build(self) -> None:
+        self.tree.build()
+        known = {dynamic.sensor for dynamic in self.tree.dynamics}
+        for fault in self.faults:
+            names = set(self.tree.hwmon_dirs) if fault.kind == "renumber" else known
+            if fault.sensor not in names:
+                raise ValueError(
+                    f"fault {fault.kind}:{fault.sensor}: no such sensor on {self.profile.name}; "
+                    f"expected one of: {', '.join(sorted(names))}"
+                )
+        self.step(0.0)
+
+    def _read_caps(self) -> tuple[int, ...]:
+        caps = []
+        for domain, previous in zip(self.domains, self.caps_khz, strict=True):
+            path, per_khz = self.tree.cap_paths[domain.name]
+            try:
+                raw = parse_int(read_text(self.root / path))
+            except OSError:
+                raw = None
+            caps.append(previous if raw is None else raw // per_khz)
+        return tuple(caps)
+
+    def advance(self, wall_dt: float) -> None:
+        """Advance everything by wall_dt seconds: energy at the current power, then the plant."""
+        self._accumulate_energy(wall_dt)
+        self.step(wall_dt)
+
+    def step(self, wall_dt: float) -> None:
+        """Advance the plant by wall_dt seconds and rewrite every value (counters as they are)."""
+        self.elapsed_s += wall_dt
+        sim_dt = wall_dt * self.speed
+        self.sim_s += sim_dt
+        self.utils = self.load.utils(self.sim_s)
+        utils = tuple(self.utils.get(d.load, 0.0) for d in self.domains)
+        self.caps_khz = self._read_caps()
+        thermal = self.profile.thermal
+        self.state = plant.step(self.state, self.domains, thermal, utils, self.caps_khz, sim_dt)
+        part_w = dict.fromkeys(PART_NAMES, 0.0)
+        for domain, watts in zip(self.domains, self.state.domain_w, strict=True):
+            part_w[domain.load] = part_w.get(domain.load, 0.0) + watts
+        part_w["static"] = self.state.static_w
+        part_w["board"] = self.state.board_w
+        freqs = {d.name: f for d, f in zip(self.domains, self.state.freqs_khz, strict=True)}
+        for domain, util in zip(self.domains, utils, strict=True):
+            self.work_mhz_s[domain.name] += freqs[domain.name] / 1000 * util * sim_dt
+        self._inputs = Inputs(
+            die_c=self.state.die_c,
+            part_w=part_w,
+            utils=dict(self.utils),
+            freqs_khz=freqs,
+            energy_uj=self.energy_uj,
+            noise_c=self._rng.gauss(0.0, 0.15),
+        )
+        self._write(kinds=None)
+        if self.elapsed_s - self._state_written >= 1.0 or wall_dt == 0.0:
+            self._write_state()
+
+    def _accumulate_energy(self, wall_dt: float) -> None:
+        if self._inputs is None:
+            return
+        for zone in self.profile.rapl:
+            joules = sum(self._inputs.part_w[part] for part in zone.parts) * wall_dt
+            energy = self.energy_uj[zone.zone_id] + round(joules * 1e6)
+            self.energy_uj[zone.zone_id] = energy % self.profile.rapl_max_energy_uj
+
+    def tick_counters(self, wall_dt: float) -> None:
+        """Advance only the energy counters, at the current power: RAPL counts continuously, so
+        a reader sampling at 100 ms must not see them move in 50 ms steps."""
+        self._accumulate_energy(wall_dt)
+        self._write(kinds={"counter"})
+
+    def _write(self, kinds: set[str] | None) -> None:
+        active = [fault for fault in self.faults if fault.active(self.elapsed_s)]
+        for fault in active:
+            if fault.kind == "renumber" and fault not in self._renumbered:
+                self._renumbered.add(fault)
+                log.info(
+                    "fault: hwmon %s renumbered to %s",
+                    fault.sensor,
+                    self.tree.renumber_hwmon(fault.sensor),
+                )
+        for dynamic in self.tree.dynamics:
+            if kinds is not None and dynamic.kind not in kinds:
+                continue
+            faults = {fault.kind for fault in active if fault.sensor == dynamic.sensor}
+            path = self.root / dynamic.path
+            if "vanish" in faults:
+                path.unlink(missing_ok=True)
+            elif "stuck" in faults and path.exists():
+                continue
+            elif "garbage" in faults:
+                self.tree.write(dynamic.path, _GARBAGE)
+            elif "sentinel" in faults and dynamic.kind == "temperature":
+                self.tree.write(dynamic.path, "-256000\n")
+            else:
+                assert self._inputs is not None
+                self.tree.write(dynamic.path, dynamic.render(self._inputs))
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "profile": self.profile.name,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "sim_s": round(self.sim_s, 3),
+            "die_c": round(self.state.die_c, 3),
+            "soc_w": round(self.state.soc_w, 3),
+            "input_w": round(self.state.input_w, 3),
+            "utils": dict(self.utils),
+            "caps_mhz": {
+                d.name: c / 1000 for d, c in zip(self.domains, self.caps_khz, strict=True)
+            },
+            "freqs_mhz": {
+                d.name: f / 1000 for d, f in zip(self.domains, self.state.freqs_khz, strict=True)
+            },
+            "work_mhz_s": {name: round(work, 3) for name, work in self.work_mhz_s.items()},
+        }
+
+    def _write_state(self) -> None:
+        self._state_written = self.elapsed_s
+        self.tree.write(STATE_FILE, json.dumps(self.snapshot(), sort_keys=True))
+
+    def run(self, stop: threading.Event, step_s: float = 0.05) -> None:
+        """Step on wall-clock deadlines until `stop` is set, with the energy counters ticking
+        every 5 ms in between."""
+        tick_s = COUNTER_TICK_S if self.profile.rapl else step_s
+        last_step = last_tick = deadline = time.monotonic()
+        while not stop.is_set():
+            deadline += tick_s
+            stop.wait(max(0.0, deadline - time.monotonic()))
+            now = time.monotonic()
+            if now - last_step >= step_s - tick_s / 2:
+                self._accumulate_energy(now - last_tick)
+                self.step(now - last_step)
+                last_step = now
+            else:
+                self.tick_counters(now - last_tick)
+            last_tick = now

@@ -1,0 +1,157 @@
+"""Find every sensor of a board and choose the ones that govern.
+
+The governing temperature is the hottest valid reading among the SoC/CPU sensors; the governing
+power is what the board draws where it is measured, else the best estimate, else None (no meter:
+most RK3588 boards). Both choices can be overridden by sensor name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sensors import hwmon, ina3221, jetson_iio, rapl, thermal
+from sensors.base import (
+    INPUT_RAILS,
+    PowerReading,
+    PowerSensor,
+    TemperatureReading,
+    TemperatureSensor,
+)
+
+log = logging.getLogger("mcpd.sensors")
+
+
+@dataclass(frozen=True)
+class TemperatureSample:
+    readings: tuple[TemperatureReading, ...]
+    celsius: float | None
+    """Governing temperature: the hottest valid governing reading; None when none is valid."""
+
+
+@dataclass(frozen=True)
+class PowerSample:
+    readings: tuple[PowerReading, ...]
+    watts: float | None
+    """Governing power; None when the board has no meter or the meter is unavailable."""
+    estimated: bool
+    """True when `watts` is a sum of partial rails/packages rather than a board-input meter."""
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """Which power sensors make the governing power, and how."""
+
+    names: tuple[str, ...]
+    estimated: bool
+    reason: str
+
+    @property
+    def metered(self) -> bool:
+        return bool(self.names)
+
+
+NO_METER = PowerPlan((), False, "no power meter found on this board")
+
+
+def plan_power(sensors: Sequence[PowerSensor], override: Sequence[str] = ()) -> PowerPlan:
+    by_name = {sensor.name: sensor for sensor in sensors}
+    if override:
+        names = tuple(name for name in override if name in by_name)
+        missing = [name for name in override if name not in by_name]
+        if missing:
+            log.error("configured governing power sensors not found: %s", ", ".join(missing))
+        if not names:
+            return PowerPlan((), False, "configured governing power sensors not found")
+        estimated = not (len(names) == 1 and by_name[names[0]].role == "input")
+        return PowerPlan(names, estimated, "configured")
+    inputs = [s.name for s in sensors if s.role == "input"]
+    if inputs:
+        ranked = sorted(inputs, key=lambda n: INPUT_RAILS.index(n) if n in INPUT_RAILS else 99)
+        return PowerPlan((ranked[0],), False, f"board input {ranked[0]}")
+    rails = tuple(s.name for s in sensors if s.role == "rail")
+    if rails:
+        # AGX Orin has no input rail; jtop sums the rails too (sysfs-layouts.md §1).
+        return PowerPlan(rails, True, "sum of rails (no board input rail)")
+    packages = tuple(s.name for s in sensors if s.role == "package")
+    if packages:
+        return PowerPlan(packages, True, "sum of RAPL packages (no psys domain)")
+    return NO_METER
+
+
+def governing_temperature(
+    readings: Iterable[TemperatureReading], names: frozenset[str]
+) -> float | None:
+    valid = [r.celsius for r in readings if r.name in names and r.celsius is not None]
+    return max(valid) if valid else None
+
+
+def governing_power(readings: Iterable[PowerReading], plan: PowerPlan) -> float | None:
+    """Sum of the plan's sensors; None if any of them is unavailable (a partial sum would
+    understate the power and let the governor raise caps it should not)."""
+    if not plan.metered:
+        return None
+    values = {r.name: r.watts for r in readings if r.name in plan.names}
+    if len(values) != len(plan.names) or any(v is None for v in values.values()):
+        return None
+    return sum(v for v in values.values() if v is not None)
+
+
+class SensorSet:
+    """All temperature and power sensors of one board, found from a sysfs root."""
+
+    def __init__(
+        self,
+        temperatures: list[TemperatureSensor],
+        powers: list[PowerSensor],
+        governing_temperatures: Sequence[str] = (),
+        governing_powers: Sequence[str] = (),
+    ) -> None:
+        self.temperatures = temperatures
+        self.powers = powers
+        if governing_temperatures:
+            known = {s.name for s in temperatures}
+            missing = [n for n in governing_temperatures if n not in known]
+            if missing:
+                log.error(
+                    "configured governing temperature sensors not found: %s", ", ".join(missing)
+                )
+            self.governing_names = frozenset(governing_temperatures) & known
+        else:
+            self.governing_names = frozenset(s.name for s in temperatures if s.governs)
+        self.power_plan = plan_power(powers, governing_powers)
+
+    @classmethod
+    def discover(
+        cls,
+        root: str | Path,
+        governing_temperatures: Sequence[str] = (),
+        governing_powers: Sequence[str] = (),
+    ) -> SensorSet:
+        root = Path(root)
+        zones = thermal.discover(root)
+        zone_types = {s.name.split("#")[0] for s in zones}
+        temperatures = zones + hwmon.discover_temperatures(root, zone_types)
+        powers: list[PowerSensor] = [
+            *ina3221.discover(root),
+            *jetson_iio.discover(root),
+            *rapl.discover(root),
+            *hwmon.discover_powers(root),
+        ]
+        return cls(temperatures, powers, governing_temperatures, governing_powers)
+
+    def sample_temperatures(self) -> TemperatureSample:
+        readings = tuple(sensor.sample() for sensor in self.temperatures)
+        return TemperatureSample(readings, governing_temperature(readings, self.governing_names))
+
+    def sample_powers(self, now: float) -> PowerSample:
+        readings = tuple(PowerReading(s.name, s.source, s.read(now)) for s in self.powers)
+        watts = governing_power(readings, self.power_plan)
+        return PowerSample(readings, watts, self.power_plan.estimated)
+
+    @property
+    def gone(self) -> bool:
+        """True when a sensor file vanished (hotplug, renumbered hwmon): time to re-discover."""
+        return any(s.gone for s in self.temperatures) or any(s.gone for s in self.powers)

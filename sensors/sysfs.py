@@ -1,0 +1,124 @@
+"""The one tolerant read primitive every sensor adapter uses.
+
+Real kernels return errors from sensor attributes as a normal state: a disabled thermal zone gives
+EINVAL, a power-gated Tegra zone EAGAIN on mainline, an INA3221 channel that is switched off ENODATA,
+the hwmon of a down wifi device EIO, an unplugged device ENODEV (sysfs-layouts.md §6). Such a read is
+"unavailable for this sample": it must never raise into the control loop, and it must not flood the
+journal at 10 Hz, so each attribute logs the first failure of an outage and its recovery only.
+Any OSError counts, not just those: the daemon must not die of a sensor (RAPL's energy_uj answers
+EACCES to non-root since Linux 5.10, CVE-2020-8694).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("mcpd.sensors")
+
+_READ_SIZE = 4096  # one sysfs page: no attribute is longer
+
+
+def read_text(path: str | Path) -> str:
+    """Read a whole attribute. Raises OSError; callers in the loop use `Attribute` instead."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, _READ_SIZE).decode("ascii", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def read_line(path: str | Path) -> str | None:
+    """First line of an attribute without its newline, or None if it cannot be read.
+
+    For discovery (names, labels, types): a missing optional attribute is normal there and is not
+    logged.
+    """
+    try:
+        text = read_text(path)
+    except OSError:
+        return None
+    line = text.split("\n", 1)[0].strip("\x00 \t")
+    return line or None
+
+
+def parse_int(text: str) -> int | None:
+    """Parse a decimal sysfs value ("41468\\n", "-256000\\n"); None for empty or non-numeric."""
+    text = text.strip("\x00 \t\n")
+    if not text:
+        return None
+    try:
+        return int(text, 10)
+    except ValueError:
+        return None
+
+
+class Attribute:
+    """One sysfs attribute read on every sample, tolerant of the errors real kernels return."""
+
+    __slots__ = ("_failure", "path")
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._failure: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Attribute({self.path!r})"
+
+    def read_int(self, low: int | None = None, high: int | None = None) -> int | None:
+        """The attribute's integer value; None if unreadable, non-numeric or outside [low, high]."""
+        try:
+            text = read_text(self.path)
+        except OSError as exc:
+            self._failed(errno.errorcode.get(exc.errno or 0, str(exc)))
+            return None
+        value = parse_int(text)
+        if value is None:
+            self._failed(f"non-numeric value {text[:32]!r}")
+            return None
+        if (low is not None and value < low) or (high is not None and value > high):
+            self._failed(f"implausible value {value}")
+            return None
+        return self._ok(value)
+
+    def mark_implausible(self, value: float, unit: str) -> None:
+        """For a value derived from several reads (RAPL deltas) that makes no physical sense."""
+        self._failed(f"implausible value {value:g} {unit}")
+
+    def _failed(self, why: str) -> None:
+        if self._failure is None:
+            log.warning("%s: unavailable (%s); logged once until it recovers", self.path, why)
+        self._failure = why
+
+    def _ok(self, value: int) -> int:
+        if self._failure is not None:
+            log.info("%s: readable again", self.path)
+            self._failure = None
+        return value
+
+    @property
+    def failing(self) -> bool:
+        return self._failure is not None
+
+    @property
+    def gone(self) -> bool:
+        """True once the file itself has vanished (hotplug, renumbered hwmon): time to re-discover."""
+        return self._failure == "ENOENT"
+
+
+def list_dir(path: str | Path) -> list[str]:
+    """Sorted entries of a sysfs directory; empty when it does not exist."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def device_name(path: str | Path) -> str:
+    """Name of the device an hwmon/iio directory hangs off (`.../1-0040/hwmon/hwmon2` -> `1-0040`)."""
+    parent = Path(os.path.realpath(path)).parent
+    if parent.name == "hwmon":
+        parent = parent.parent
+    return parent.name

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakesys import FakeSysfs
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeSysfs:
+    root = tmp_path / "root"
+    root.mkdir()
+    return FakeSysfs(root)
+
+
+def _fuse_available() -> str | None:
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse on this machine"
+    if shutil.which("fusermount3") is None and os.geteuid() != 0:
+        return "fusermount3 missing and not root"
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError) as exc:
+        return f"mfusepy/libfuse3 unavailable: {exc}"
+    return None
+
+
+@pytest.fixture
+def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str]], Path]]:
+    """Mount a fixture tree through FUSE so that chosen files fail with a chosen errno."""
+    why = _fuse_available()
+    if why:
+        pytest.skip(f"errno overlay needs FUSE: {why}")
+    mounts: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def mount(source: Path, errors: dict[str, str]) -> Path:
+        mountpoint = tmp_path / f"fuse{len(mounts)}"
+        mountpoint.mkdir()
+        log = tmp_path / f"fuse{len(mounts)}.log"
+        command = [
+            sys.executable,
+            "-m",
+            "tests.fusetree",
+            str(source),
+            str(mountpoint),
+            json.dumps(errors),
+        ]
+        with open(log, "wb") as stderr:
+            process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr)
+        mounts.append((process, mountpoint))
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(mountpoint):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"FUSE mount failed: {log.read_text()}")
+            time.sleep(0.02)
+        return mountpoint
+
+    yield mount
+    for process, mountpoint in mounts:
+        subprocess.run(["umount", str(mountpoint)], check=False, capture_output=True)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,180 @@
+"""The config file: one typed object; every mistake named by file, key path and expectation."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from mcpd import config
+from tests.conftest import PROJECT
+
+EXAMPLE = PROJECT / "examples/mcpd.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mcpd.toml"
+    path.write_text(text)
+    return path
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    path = write(tmp_path, text)
+    with pytest.raises(config.ConfigError) as info:
+        config.load(path)
+    assert info.value.source == str(path)
+    return info.value.problems
+
+
+def test_example_is_exactly_the_defaults() -> None:
+    assert config.load(EXAMPLE) == config.Config()
+
+
+def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        annotation: Any = field.annotation
+        nested = [
+            a
+            for a in (annotation, *getattr(annotation, "__args__", ()))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if nested and name != "domains":
+            keys += _keys(nested[0], f"{prefix}{name}.")
+        keys.append(f"{prefix}{name}")
+    return keys
+
+
+def test_example_documents_every_key() -> None:
+    text = EXAMPLE.read_text()
+    sections = set(re.findall(r"^#?\s*\[+([\w.]+)\]+", text, re.MULTILINE))
+    for key in _keys(config.Config):
+        section, _, name = key.rpartition(".")
+        if section.startswith("models."):
+            section = "models." + section.split(".", 1)[1]
+        assert section in sections | {""} or section.startswith("models"), key
+        assert re.search(rf"^#?\s*{name}\s*=|^#?\s*\[+{re.escape(key)}\]+", text, re.MULTILINE), (
+            f"{key} not documented"
+        )
+
+
+def test_defaults_match_the_brief() -> None:
+    c = config.Config()
+    assert (c.daemon.sysfs_root, c.sampling.temperature_ms, c.sampling.power_ms) == ("/", 200, 100)
+    g = c.governor
+    assert (g.temp_high_c, g.temp_low_c, g.power_high_w, g.power_low_w) == (85.0, 75.0, 12.0, 9.0)
+    assert (g.down_factor, g.up_factor, g.min_mhz, g.max_mhz, g.raise_hold_ms) == (
+        0.7,
+        1.15,
+        800.0,
+        3200.0,
+        0,
+    )
+
+
+def test_unknown_key_lists_the_valid_ones(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, "[sampling]\ntemperature_msec = 100\n")
+    assert problem.startswith(
+        "sampling.temperature_msec: unknown key; expected one of: temperature_ms, power_ms"
+    )
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, "[sampler]\nx = 1\n")
+    assert problem.startswith("sampler: unknown key; expected one of: daemon, sampling")
+
+
+def test_wrong_type_names_key_and_value(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, '[governor]\ntemp_high_c = "hot"\n')
+    assert problem == "governor.temp_high_c: expected a valid number, got 'hot'"
+
+
+def test_integer_where_float_expected_is_fine_but_not_the_reverse(tmp_path: Path) -> None:
+    assert (
+        config.load(write(tmp_path, "[governor]\ntemp_high_c = 90\n")).governor.temp_high_c == 90.0
+    )
+    (problem,) = problems(tmp_path, "[sampling]\npower_ms = 100.5\n")
+    assert problem.startswith("sampling.power_ms: expected a valid integer")
+
+
+def test_out_of_range(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, "[sampling]\npower_ms = 1\n")
+    assert problem == "sampling.power_ms: expected greater than or equal to 10, got 1"
+
+
+def test_booleans_are_not_numbers(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, "[mqtt]\nport = true\n")
+    assert problem.startswith("mqtt.port: expected a valid integer")
+
+
+def test_cross_field_rules(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, "[governor]\ntemp_low_c = 90.0\n")
+    assert problem == "governor: temp_low_c must be below temp_high_c"
+    (problem,) = problems(
+        tmp_path, '[governor.domains."policy0"]\nmin_mhz = 2000.0\nmax_mhz = 1000.0\n'
+    )
+    assert problem == "governor.domains.policy0: min_mhz must be below max_mhz"
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    found = problems(tmp_path, '[sampling]\npower_ms = 0\ntemperature_ms = "x"\n[mqtt]\nqos = 3\n')
+    assert len(found) == 3
+    assert any(p.startswith("mqtt.qos: expected 0, 1 or 2") for p in found)
+
+
+def test_models_locations_use_indexes(tmp_path: Path) -> None:
+    found = problems(
+        tmp_path,
+        '[[models]]\nname = "a"\npath = "a.onnx"\n[[models]]\npath = "b.onnx"\nmax_batch = 0\n',
+    )
+    assert set(found) == {
+        "models[1].name: required key is missing",
+        "models[1].max_batch: expected greater than or equal to 1, got 0",
+    }
+
+
+def test_duplicate_model_names(tmp_path: Path) -> None:
+    (problem,) = problems(
+        tmp_path, '[[models]]\nname = "a"\npath = "x"\n[[models]]\nname = "a"\npath = "y"\n'
+    )
+    assert problem == "(top level): model names must be unique; repeated: a"
+
+
+def test_model_paths_are_relative_to_the_file(tmp_path: Path) -> None:
+    cfg = config.load(write(tmp_path, '[[models]]\nname = "m"\npath = "models/m.onnx"\n'))
+    assert cfg.models[0].path == str(tmp_path / "models/m.onnx")
+
+
+def test_toml_syntax_error(tmp_path: Path) -> None:
+    (problem,) = problems(tmp_path, "[daemon\nsocket = 1\n")
+    assert problem.startswith("not valid TOML:") and "line 1" in problem
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="cannot read: No such file"):
+        config.load(tmp_path / "absent.toml")
+
+
+def test_config_is_immutable() -> None:
+    with pytest.raises(Exception, match="frozen"):
+        config.Config().governor.temp_high_c = 1.0  # type: ignore[misc]
+
+
+def test_check_config_command(tmp_path: Path) -> None:
+    good = subprocess.run(
+        [sys.executable, "-m", "mcpd", "check-config", str(EXAMPLE)], capture_output=True, text=True
+    )
+    assert good.returncode == 0 and good.stdout.strip().endswith("OK")
+    bad_file = write(tmp_path, "[governor]\nup_factor = 0.5\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "mcpd", "check-config", str(bad_file)],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == f"{bad_file}: governor.up_factor: expected greater than 1, got 0.5"

@@ -1,0 +1,231 @@
+"""The board simulator: a plant that behaves like the board, read through mcpd's own sensors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcpd import domains
+from mcpd.sim import PROFILES, STATE_FILE, Fault, LoadSchedule, Simulator, plant
+from mcpd.sim.faults import parse as parse_fault
+from sensors import SensorSet
+
+
+def simulate(tmp_path: Path, profile: str, load: str = "sustained", **kwargs: object) -> Simulator:
+    simulator = Simulator(
+        PROFILES[profile], tmp_path / profile, load=LoadSchedule.parse(load), **kwargs
+    )  # type: ignore[arg-type]
+    simulator.build()
+    return simulator
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_full_load_without_governor_passes_85_within_a_minute_and_settles_above(
+    tmp_path: Path, profile: str
+) -> None:
+    simulator = simulate(tmp_path, profile)
+    sensors = SensorSet.discover(simulator.root)
+    crossed_at = None
+    for second in range(1, 241):
+        simulator.advance(1.0)
+        celsius = sensors.sample_temperatures().celsius
+        assert celsius is not None
+        if crossed_at is None and celsius >= 85.0:
+            crossed_at = second
+    assert crossed_at is not None and 20 <= crossed_at <= 65, crossed_at
+    assert 95.0 <= celsius <= 110.0
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_idle_board_stays_cool(tmp_path: Path, profile: str) -> None:
+    simulator = simulate(tmp_path, profile, load="idle")
+    sensors = SensorSet.discover(simulator.root)
+    for _ in range(300):
+        simulator.advance(1.0)
+    celsius = sensors.sample_temperatures().celsius
+    assert celsius is not None and 30.0 <= celsius <= 45.0
+
+
+def test_caps_written_by_mcpd_lower_clocks_power_and_temperature(tmp_path: Path) -> None:
+    simulator = simulate(tmp_path, "jetson-orin-nano")
+    sensors = SensorSet.discover(simulator.root)
+    simulator.advance(1.0)
+    uncapped_w = sensors.sample_powers(1.0).watts
+    for domain in domains.discover(simulator.root):
+        domain.write_cap(domain.max_mhz * 0.5)
+    simulator.advance(1.0)
+    capped_w = sensors.sample_powers(2.0).watts
+    assert uncapped_w is not None and capped_w is not None
+    assert capped_w < uncapped_w * 0.75
+    for domain in domains.discover(simulator.root):
+        cap, cur = domain.read_cap_mhz(), domain.read_cur_mhz()
+        assert cap is not None and cur is not None and cur <= cap <= domain.max_mhz * 0.5
+    for _ in range(240):
+        simulator.advance(1.0)
+    assert (sensors.sample_temperatures().celsius or 999) < 80.0
+
+
+def test_power_follows_f_v_squared() -> None:
+    """Halving the clock more than halves dynamic power: the voltage drops with it."""
+    (big,) = [
+        d for d in Simulator(PROFILES["rk3588"], "/nonexistent").domains if d.name == "policy4"
+    ]
+    full = plant.dynamic_power(big, 1.0, big.max_khz)
+    assert full == pytest.approx(PROFILES["rk3588"].cpus[1].power_max_w)
+    assert plant.dynamic_power(big, 1.0, big.max_khz // 2) < 0.5 * full
+    assert plant.dynamic_power(big, 0.5, big.max_khz) == pytest.approx(0.5 * full)
+
+
+def test_rapl_counters_track_plant_power_through_the_wrap(tmp_path: Path) -> None:
+    simulator = simulate(tmp_path, "x86-intel")
+    sensors = SensorSet.discover(simulator.root)
+    zone = next(p for p in sensors.powers if p.name == "psys")
+    now = 0.0
+    zone.read(now)
+    wrapped = False
+    for _ in range(40):
+        before = simulator.energy_uj["1"]
+        for _ in range(20):
+            simulator.tick_counters(0.005)
+        simulator.advance(0.0)
+        now += 0.1
+        wrapped |= simulator.energy_uj["1"] < before
+        assert zone.read(now) == pytest.approx(simulator.state.input_w, rel=0.02)
+    assert wrapped
+
+
+def test_no_power_meter_on_rk3588(tmp_path: Path) -> None:
+    simulator = simulate(tmp_path, "rk3588")
+    sensors = SensorSet.discover(simulator.root)
+    assert sensors.powers == [] and not sensors.power_plan.metered
+
+
+def test_fault_vanish_then_back(tmp_path: Path) -> None:
+    simulator = simulate(
+        tmp_path, "jetson-orin-nano", faults=[Fault("vanish", "tj-thermal", 1.0, 1.0)]
+    )
+    sensors = SensorSet.discover(simulator.root)
+    readings = []
+    for _ in range(6):
+        simulator.advance(0.5)
+        readings.append(
+            {r.name: r.celsius for r in sensors.sample_temperatures().readings}["tj-thermal"]
+        )
+    assert [r is None for r in readings] == [False, True, True, False, False, False]
+
+
+@pytest.mark.parametrize("kind", ["garbage", "sentinel"])
+def test_fault_unreadable_values(tmp_path: Path, kind: str) -> None:
+    simulator = simulate(tmp_path, "rk3588", faults=[Fault(kind, "bigcore0-thermal", 0.5)])
+    sensors = SensorSet.discover(simulator.root)
+    simulator.advance(1.0)
+    sample = sensors.sample_temperatures()
+    assert {r.name: r.celsius for r in sample.readings}["bigcore0-thermal"] is None
+    assert sample.celsius is not None  # the others still govern
+    assert not sensors.gone
+
+
+def test_fault_stuck_value(tmp_path: Path) -> None:
+    simulator = simulate(tmp_path, "x86-amd", faults=[Fault("stuck", "k10temp/Tctl", 1.0)])
+    sensors = SensorSet.discover(simulator.root)
+    simulator.advance(1.0)
+    first = sensors.sample_temperatures().celsius
+    for _ in range(30):
+        simulator.advance(1.0)
+    assert sensors.sample_temperatures().celsius == first
+    assert simulator.state.die_c > (first or 0) + 10
+
+
+def test_fault_renumbered_hwmon(tmp_path: Path) -> None:
+    simulator = simulate(tmp_path, "jetson-orin-nano", faults=[Fault("renumber", "ina3221", 1.0)])
+    sensors = SensorSet.discover(simulator.root)
+    assert sensors.sample_powers(0.0).watts is not None
+    old = sorted(p.name for p in (simulator.root / "sys/class/hwmon").iterdir())
+    simulator.advance(1.5)
+    assert sensors.sample_powers(1.5).watts is None and sensors.gone
+    assert sorted(p.name for p in (simulator.root / "sys/class/hwmon").iterdir()) != old
+    again = SensorSet.discover(simulator.root)
+    assert again.sample_powers(1.6).watts == pytest.approx(simulator.state.input_w, rel=0.01)
+
+
+def test_unknown_fault_sensor_names_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match="no such sensor on rk3588; expected one of: .*bigcore0-thermal"
+    ):
+        simulate(tmp_path, "rk3588", faults=[Fault("vanish", "VDD_IN")])
+
+
+@pytest.mark.parametrize(
+    "spec", ["vanish", "melt:cpu-thermal", "vanish:cpu-thermal@x", "stuck:a@1+"]
+)
+def test_fault_spec_errors(spec: str) -> None:
+    with pytest.raises(ValueError, match="fault"):
+        parse_fault(spec)
+
+
+def test_fault_spec() -> None:
+    assert parse_fault("vanish:coretemp/Package id 0@30+2.5") == Fault(
+        "vanish", "coretemp/Package id 0", 30.0, 2.5
+    )
+    assert parse_fault("renumber:ina3221") == Fault("renumber", "ina3221", 0.0, None)
+
+
+def test_load_schedules() -> None:
+    bursts = LoadSchedule.parse("bursts:10/20")
+    assert (
+        bursts.utils(5.0)["cpu"] == 1.0
+        and bursts.utils(15.0)["cpu"] < 0.1
+        and bursts.utils(31.0)["cpu"] == 1.0
+    )
+    assert LoadSchedule.parse("idle").utils(0)["gpu"] == 0.0
+    for bad in ("busy", "bursts:0/1", "bursts:a/b", "idle:3"):
+        with pytest.raises(ValueError, match="expected idle, sustained or bursts"):
+            LoadSchedule.parse(bad)
+
+
+def test_speed_compresses_thermal_time_not_power(tmp_path: Path) -> None:
+    slow = simulate(tmp_path / "slow", "jetson-orin-nano")
+    fast = simulate(tmp_path / "fast", "jetson-orin-nano", speed=10.0)
+    for _ in range(10):
+        slow.advance(1.0)
+        fast.advance(0.1)
+    assert fast.state.die_c == pytest.approx(slow.state.die_c, abs=0.01)
+    assert fast.elapsed_s == pytest.approx(1.0)
+
+
+def test_state_file_and_sim_command(tmp_path: Path) -> None:
+    root = tmp_path / "board"
+    bad = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--fault", "vanish:nope"],
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert bad.returncode == 2 and "no such sensor" in bad.stderr
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mcpd",
+            "sim",
+            "--profile",
+            "rk3588",
+            "--root",
+            str(root),
+            "--speed",
+            "20",
+        ]
+    )
+    try:
+        state_file = root / STATE_FILE
+        deadline = 200
+        while deadline and not (
+            state_file.exists() and json.loads(state_file.read_text())["elapsed_s"] >= 2.0
+        ):
+            deadline -= 1
+            subprocess.run(["sleep", "0.05"], check=True)
+        state = json.loads(state_file.read_text())
+        assert state["profile"] == "rk3588" and state["sim_s"] >= 40.0 and state["die_c"] > 60.0
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) == 0

@@ -1,0 +1,64 @@
+"""Runs under `umockdev-wrapper`: real libudev (through pyudev) sees a umockdev testbed as /sys.
+
+Prints one JSON object with what discovery and the hotplug monitor saw; test_hotplug.py checks it.
+The testbed is driven through libumockdev's C API with ctypes, so no GObject bindings are needed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+
+from sensors import SensorSet
+from sensors.hotplug import HotplugMonitor
+
+lib = ctypes.CDLL("libumockdev.so.0")
+lib.umockdev_testbed_new.restype = ctypes.c_void_p
+lib.umockdev_testbed_add_devicev.restype = ctypes.c_char_p
+lib.umockdev_testbed_add_devicev.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                             ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]  # fmt: skip
+lib.umockdev_testbed_uevent.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+lib.umockdev_testbed_remove_device.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+def strv(items: dict[str, str]) -> ctypes.Array[ctypes.c_char_p]:
+    flat = [part.encode() for pair in items.items() for part in pair]
+    return (ctypes.c_char_p * (len(flat) + 1))(*flat, None)
+
+
+def wait_for_change(monitor: HotplugMonitor) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if monitor.changed():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def main() -> None:
+    testbed = lib.umockdev_testbed_new()
+    lib.umockdev_testbed_add_devicev(testbed, b"thermal", b"thermal_zone0", None,
+                                     strv({"type": "cpu-thermal", "temp": "45000", "mode": "enabled"}), strv({}))  # fmt: skip
+    monitor = HotplugMonitor.start()
+    assert monitor is not None
+    result: dict[str, object] = {"before": [s.name for s in SensorSet.discover("/").powers]}
+    result["quiet"] = monitor.changed()
+    ina = lib.umockdev_testbed_add_devicev(
+        testbed, b"hwmon", b"hwmon3", None,
+        strv({"name": "ina3221", "in1_label": "VDD_IN", "in1_input": "5000", "curr1_input": "1200"}), strv({}),
+    )  # fmt: skip
+    lib.umockdev_testbed_uevent(testbed, ina, b"add")
+    result["add_seen"] = wait_for_change(monitor)
+    sensors = SensorSet.discover("/")
+    result["after_add"] = {r.name: r.watts for r in sensors.sample_powers(0.0).readings}
+    result["temperature"] = sensors.sample_temperatures().celsius
+    lib.umockdev_testbed_uevent(testbed, ina, b"remove")
+    lib.umockdev_testbed_remove_device(testbed, ina)
+    result["remove_seen"] = wait_for_change(monitor)
+    result["after_remove"] = [s.name for s in SensorSet.discover("/").powers]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
