@@ -154,7 +154,7 @@ def test_fault_renumbered_hwmon(tmp_path: Path) -> None:
 
 def test_unknown_fault_sensor_names_the_valid_ones(tmp_path: Path) -> None:
     with pytest.raises(
-        ValueError, match="no such sensor on rk3588; expected one of: .*bigcore0-thermal"
+        ValueError, match=r"no such sensor on rk3588; expected one of: .*bigcore0-thermal"
     ):
         simulate(tmp_path, "rk3588", faults=[Fault("vanish", "VDD_IN")])
 
