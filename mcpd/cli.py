@@ -33,6 +33,72 @@ def _load_config(path: str | None) -> config.Config:
     return config.Config()
 
 
+def _simulated(cfg: config.Config, root: Path) -> config.Config:
+    """Point the daemon at a simulated board; default paths move under its root too, so a demo
+    never touches /run or /var/lib."""
+    defaults = config.DaemonSection()
+    update: dict[str, str] = {"sysfs_root": str(root)}
+    if cfg.daemon.state_dir == defaults.state_dir:
+        update["state_dir"] = str(root / "var/lib/mcpd")
+    if cfg.daemon.socket == defaults.socket:
+        update["socket"] = str(root / "run/mcpd/mcpd.sock")
+    return cfg.model_copy(update={"daemon": cfg.daemon.model_copy(update=update)})
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+    import shutil
+    import tempfile
+
+    from mcpd.daemon import Daemon
+    from mcpd.sim import PROFILES, LoadSchedule, Simulator
+    from mcpd.sim.faults import parse as parse_fault
+
+    path = args.config or (
+        config.DEFAULT_PATH if config.DEFAULT_PATH.exists() and not args.simulate else None
+    )
+    sim_root: Path | None = None
+    created = False
+    stop_sim = threading.Event()
+    sim_thread: threading.Thread | None = None
+    if args.simulate:
+        created = args.sim_root is None
+        sim_root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-"))
+        try:
+            simulator = Simulator(
+                PROFILES[args.simulate],
+                sim_root,
+                speed=args.sim_speed,
+                load=LoadSchedule.parse(args.sim_load),
+                faults=[parse_fault(spec) for spec in args.sim_fault],
+            )
+            simulator.build()
+        except ValueError as exc:
+            print(f"mcpd run: {exc}", file=sys.stderr)
+            return 2
+        sim_thread = threading.Thread(
+            target=simulator.run, args=(stop_sim,), name="simulator", daemon=True
+        )
+        sim_thread.start()
+
+    def load() -> config.Config:
+        cfg = config.load(path) if path is not None else config.Config()
+        return _simulated(cfg, sim_root) if sim_root is not None else cfg
+
+    try:
+        first = load()
+        if args.log_level is None:
+            logging.getLogger().setLevel(first.daemon.log_level.upper())
+        live = (lambda text: print(text, flush=True)) if args.live else None
+        return asyncio.run(Daemon(load, live=live).run())
+    finally:
+        stop_sim.set()
+        if sim_thread is not None:
+            sim_thread.join(timeout=5)
+        if created and sim_root is not None:
+            shutil.rmtree(sim_root, ignore_errors=True)
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         config.load(args.file)
@@ -117,6 +183,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mcpd {__version__}")
     parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run the daemon (under systemd, or on a simulated board)")
+    run.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
+    run.add_argument("--simulate", choices=sorted(PROFILES), metavar="PROFILE",
+                     help=f"run on a simulated board: {', '.join(sorted(PROFILES))}")  # fmt: skip
+    run.add_argument("--sim-root", help="folder for the simulated board (default: a temporary one)")
+    run.add_argument("--sim-load", default="sustained", help="idle, sustained or bursts[:ON/OFF]")
+    run.add_argument(
+        "--sim-speed", type=float, default=1.0, help="simulated thermal time per wall second"
+    )
+    run.add_argument(
+        "--sim-fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]]"
+    )
+    run.add_argument("--live", action="store_true", help="print a status line every second")
+    run.set_defaults(func=cmd_run, default_level="info")
 
     check = commands.add_parser(
         "check-config", help="validate a config file; non-zero exit if invalid"

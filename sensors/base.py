@@ -44,12 +44,13 @@ class PowerReading:
 class TemperatureSensor:
     """A temperature attribute in millidegrees Celsius (thermal zone `temp`, hwmon `tempN_input`)."""
 
-    __slots__ = ("attr", "governs", "name", "source")
+    __slots__ = ("attr", "attributes", "governs", "name", "source")
 
     def __init__(self, name: str, source: str, attr: Attribute, *, governs: bool) -> None:
         self.name = name
         self.source = source
         self.attr = attr
+        self.attributes = (attr,)
         self.governs = governs
 
     def __repr__(self) -> str:
@@ -62,22 +63,20 @@ class TemperatureSensor:
     def sample(self) -> TemperatureReading:
         return TemperatureReading(self.name, self.source, self.read())
 
-    @property
-    def gone(self) -> bool:
-        return self.attr.gone
-
 
 class PowerSensor(Protocol):
     name: str
     source: str
     role: PowerRole
 
+    @property
+    def attributes(self) -> tuple[Attribute, ...]:
+        """The files it reads."""
+        ...
+
     def read(self, now: float) -> float | None:
         """Watts at monotonic time `now` (seconds), or None when unavailable for this sample."""
         ...
-
-    @property
-    def gone(self) -> bool: ...
 
 
 class AttributePower:
@@ -89,6 +88,7 @@ class AttributePower:
         self.name = name
         self.source = source
         self.attr = attr
+        self.attributes = (attr,)
         self.scale = scale
         self.role = role
 
@@ -98,7 +98,3 @@ class AttributePower:
     def read(self, now: float) -> float | None:
         raw = self.attr.read_int(0, round(POWER_MAX_W / self.scale))
         return None if raw is None else raw * self.scale
-
-    @property
-    def gone(self) -> bool:
-        return self.attr.gone

@@ -154,4 +154,11 @@ class SensorSet:
     @property
     def gone(self) -> bool:
         """True when a sensor file vanished (hotplug, renumbered hwmon): time to re-discover."""
-        return any(s.gone for s in self.temperatures) or any(s.gone for s in self.powers)
+        sensors: list[TemperatureSensor | PowerSensor] = [*self.temperatures, *self.powers]
+        return any(attr.gone for sensor in sensors for attr in sensor.attributes)
+
+    @property
+    def signature(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Names and files of every sensor: equal signatures mean nothing changed on the board."""
+        sensors: list[TemperatureSensor | PowerSensor] = [*self.temperatures, *self.powers]
+        return tuple((s.name, tuple(a.path for a in s.attributes)) for s in sensors)

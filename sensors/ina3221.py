@@ -28,6 +28,7 @@ class Ina3221Rail:
         self.source = SOURCE
         self.voltage = voltage
         self.current = current
+        self.attributes = (voltage, current)
         self.role = role
 
     def __repr__(self) -> str:
@@ -39,10 +40,6 @@ class Ina3221Rail:
         if millivolts is None or milliamps is None:
             return None
         return millivolts * milliamps / 1e6
-
-    @property
-    def gone(self) -> bool:
-        return self.voltage.gone or self.current.gone
 
 
 def discover(root: Path) -> list[Ina3221Rail]:

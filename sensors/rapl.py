@@ -29,6 +29,7 @@ class RaplZone:
         self.name = name
         self.source = SOURCE
         self.energy = energy
+        self.attributes = (energy,)
         self.max_range_uj = max_range_uj
         self.role = role
         self._last: tuple[int, float] | None = None
@@ -58,10 +59,6 @@ class RaplZone:
             self.energy.mark_implausible(watts, "W")
             return None
         return watts
-
-    @property
-    def gone(self) -> bool:
-        return self.energy.gone
 
 
 def _role(name: str) -> PowerRole:

@@ -1,0 +1,224 @@
+"""The daemon: a thin composition of the control loop and the services around it.
+
+Lifecycle (as uvicorn's): startup (config, board, baseline, sensors, domains, services) -> main
+(wait for signals; the control loop runs in its own thread so that neither the event loop nor
+inference can delay a sample) -> shutdown (services, loop, restore the baseline caps). Signal
+handlers only set events. SIGHUP reloads the config: an invalid file is rejected with a log line and
+the running config stays in force; a valid one is applied whole (the loop swaps its settings at a
+tick boundary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from mcpd import board, config, domains, status
+from mcpd.baseline import Baseline
+from mcpd.events import Event, EventBus
+from mcpd.loop import ControlLoop, LoopSettings
+from mcpd.notify import Notifier
+from mcpd.state import ModelStats, Snapshot
+from sensors.hotplug import HotplugMonitor
+
+log = logging.getLogger("mcpd")
+
+READY_TIMEOUT_S = 30.0
+RESTART_ONLY = ("sysfs_root", "state_dir", "socket", "socket_group")
+"""[daemon] keys that a reload cannot change (paths already open, sockets already bound)."""
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def reload(self, config: config.Config) -> None: ...
+
+
+class Daemon:
+    def __init__(
+        self,
+        load_config: Callable[[], config.Config],
+        *,
+        notifier: Notifier | None = None,
+        live: Callable[[str], None] | None = None,
+    ) -> None:
+        self.load_config = load_config
+        self.config = load_config()
+        self.notifier = notifier or Notifier()
+        self.live = live
+        self.events = EventBus()
+        self.root = Path(self.config.daemon.sysfs_root)
+        self.board = board.detect(self.root)
+        self.baseline = Baseline(self.config.daemon.state_dir, self.root)
+        hotplug = HotplugMonitor.start() if self.root == Path("/") else None
+        self._started = time.monotonic()
+        self.loop = ControlLoop(
+            self.root,
+            self.board,
+            LoopSettings.from_config(self.config),
+            events=self.events,
+            baseline=self.baseline,
+            notifier=self.notifier,
+            hotplug=hotplug,
+            on_status=self._on_status,
+        )
+        self.daemon_stats = status.DaemonStats()
+        self.services: list[Service] = self._services()
+        self._stop = asyncio.Event()
+        self._reload = asyncio.Event()
+
+    def _services(self) -> list[Service]:
+        services: list[Service] = []
+        # Services plug in here. Each gets the config and whichever of status (the JSON status
+        # document), batch sizes (self.loop.batch_size) and the event bus it needs.
+        return services
+
+    # -- what services see -----------------------------------------------------------------------
+
+    def model_stats(self) -> dict[str, ModelStats]:
+        stats: dict[str, ModelStats] = {}
+        for service in self.services:
+            provider = getattr(service, "stats", None)
+            if provider is not None:
+                stats.update(provider())
+        return stats
+
+    def status(self) -> dict[str, Any]:
+        return status.document(self.loop.snapshot, self.model_stats(), self.daemon_stats())
+
+    def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Allow-listed runtime commands (pause/resume the governor); anything else is refused."""
+        if name == "pause":
+            self.loop.paused = True
+        elif name == "resume":
+            self.loop.paused = False
+        else:
+            return {"ok": False, "error": f"unknown command {name!r}; allowed: pause, resume"}
+        message = f"governor {name}d by command"
+        log.info(message)
+        self.events.publish(Event("daemon", message, {"command": name}))
+        return {"ok": True, "paused": self.loop.paused}
+
+    def _on_status(self, snapshot: Snapshot) -> None:
+        if self.live is not None:
+            self.live(f"t+{time.monotonic() - self._started:5.0f}s  {status.line(snapshot)}")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        loop.add_signal_handler(signal.SIGINT, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        stop_loop = threading.Event()
+        thread = threading.Thread(
+            target=self.loop.run, args=(stop_loop,), name="control-loop", daemon=True
+        )
+        code = 0
+        try:
+            for service in self.services:
+                await service.start()
+            thread.start()
+            if not await loop.run_in_executor(None, self.loop.ready.wait, READY_TIMEOUT_S):
+                log.error("no samples within %g s; giving up", READY_TIMEOUT_S)
+                return 1
+            self.notifier.ready(status.line(self.loop.snapshot))
+            self._announce()
+            code = await self._main(thread)
+        finally:
+            self.notifier.stopping()
+            for service in reversed(self.services):
+                await _stop(service)
+            stop_loop.set()
+            if thread.is_alive():
+                thread.join(timeout=5)
+            self._restore()
+            self.notifier.close()
+        return code
+
+    async def _main(self, thread: threading.Thread) -> int:
+        while not self._stop.is_set():
+            waiters = {
+                asyncio.create_task(self._stop.wait()),
+                asyncio.create_task(self._reload.wait()),
+            }
+            _, pending = await asyncio.wait(
+                waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+            if not thread.is_alive():
+                log.critical("the control loop thread ended; exiting so that systemd restarts mcpd")
+                return 1
+            if self._reload.is_set() and not self._stop.is_set():
+                self._reload.clear()
+                await self.reload()
+        log.info("stopping")
+        return 0
+
+    def _announce(self) -> None:
+        snapshot = self.loop.snapshot
+        names = ", ".join(d.name for d in snapshot.domains) or "none"
+        plan = self.loop.sensors.power_plan
+        log.info(
+            "ready: %s%s; %d temperature sensors, power: %s; domains: %s",
+            self.board.platform, f" ({self.board.model})" if self.board.model else "",
+            len(snapshot.temperatures), plan.reason, names,
+        )  # fmt: skip
+        self.events.publish(Event("daemon", "mcpd started", {"platform": self.board.platform}))
+
+    async def reload(self) -> None:
+        self.notifier.reloading()
+        try:
+            new = self.load_config()
+        except config.ConfigError as exc:
+            log.error("reload rejected, the running configuration stays in force:\n%s", exc)
+            self.events.publish(Event("daemon", "reload rejected", {"problems": exc.problems}))
+            self.notifier.ready(status.line(self.loop.snapshot))
+            return
+        kept = [
+            key
+            for key in RESTART_ONLY
+            if getattr(new.daemon, key) != getattr(self.config.daemon, key)
+        ]
+        if kept:
+            log.warning(
+                "reload: [daemon] %s change only on restart; keeping the running values",
+                ", ".join(kept),
+            )
+            fixed = {key: getattr(self.config.daemon, key) for key in RESTART_ONLY}
+            new = new.model_copy(update={"daemon": new.daemon.model_copy(update=fixed)})
+        self.loop.request_reload(LoopSettings.from_config(new))
+        for service in self.services:
+            try:
+                await service.reload(new)
+            except Exception:
+                log.exception("reload of %s failed; it keeps its previous settings", service.name)
+        self.config = new
+        log.info("configuration reloaded")
+        self.events.publish(Event("daemon", "configuration reloaded"))
+        self.notifier.ready(status.line(self.loop.snapshot))
+
+    def _restore(self) -> None:
+        report = self.baseline.restore(domains.discover(self.root))
+        if report.restored:
+            log.info("baseline caps restored: %s", ", ".join(report.restored))
+        for problem in report.problems:
+            log.error("restore: %s", problem)
+
+
+async def _stop(service: Service) -> None:
+    try:
+        await service.stop()
+    except Exception:
+        log.exception("stopping %s failed", service.name)

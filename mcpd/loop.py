@@ -1,0 +1,376 @@
+"""The control loop: sample, decide, actuate, on deadlines from a monotonic clock.
+
+Temperature is sampled every `temperature_ms` and power every `power_ms`; every sample is decided on
+at once with the newest value of the other signal. Deadlines advance on a fixed grid (work done in
+between never makes the schedule drift; a late wake-up skips the ticks it missed instead of
+bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
+the governor steps down until it is back. The loop pings systemd's watchdog from its own tick, so a
+hung loop is caught, and it never stops on a sensor fault: vanished files and udev events trigger
+re-discovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from governors import Action, HysteresisGovernor, RaiseHold, Readings, Verdict
+from mcpd import domains, status
+from mcpd.actuation import Actuators, CapChange
+from mcpd.baseline import Baseline
+from mcpd.board import Board
+from mcpd.config import Config, DomainSection
+from mcpd.events import Event, EventBus
+from mcpd.notify import Notifier
+from mcpd.state import DomainStatus, LastAction, Snapshot
+from sensors import PowerSample, SensorSet, TemperatureSample
+from sensors.hotplug import HotplugMonitor
+
+log = logging.getLogger("mcpd.loop")
+
+HOUSEKEEPING_S = 1.0
+"""How often current clocks are read back, STATUS= is sent and the live line printed."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    temperature_s: float = 0.2
+    power_s: float = 0.1
+    stale_s: float = 1.0
+    governor: HysteresisGovernor = field(default_factory=HysteresisGovernor)
+    raise_hold_s: float = 0.0
+    domain_overrides: Mapping[str, DomainSection] = field(default_factory=dict)
+    models: Mapping[str, int] = field(default_factory=dict)
+    """Model name -> max_batch."""
+    governing_temperatures: tuple[str, ...] = ()
+    governing_powers: tuple[str, ...] = ()
+    rescan_s: float = 10.0
+    """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
+
+    @classmethod
+    def from_config(cls, config: Config) -> LoopSettings:
+        g = config.governor
+        return cls(
+            temperature_s=config.sampling.temperature_ms / 1000,
+            power_s=config.sampling.power_ms / 1000,
+            stale_s=config.sampling.stale_ms / 1000,
+            governor=HysteresisGovernor(
+                g.temp_high_c,
+                g.temp_low_c,
+                g.power_high_w,
+                g.power_low_w,
+                g.down_factor,
+                g.up_factor,
+                g.min_mhz,
+                g.max_mhz,
+            ),
+            raise_hold_s=g.raise_hold_ms / 1000,
+            domain_overrides=dict(g.domains),
+            models={model.name: model.max_batch for model in config.models},
+            governing_temperatures=config.sensors.governing_temperatures,
+            governing_powers=config.sensors.governing_powers,
+        )
+
+
+def next_deadline(deadline: float, period: float, now: float) -> float:
+    """The next grid point after `now`, skipping any that were missed."""
+    deadline += period
+    if deadline <= now:
+        deadline += ((now - deadline) // period + 1) * period
+    return deadline
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        root: str | Path,
+        board: Board,
+        settings: LoopSettings,
+        *,
+        events: EventBus,
+        baseline: Baseline | None,
+        notifier: Notifier | None = None,
+        hotplug: HotplugMonitor | None = None,
+        on_status: Callable[[Snapshot], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = Path(root)
+        self.board = board
+        self.settings = settings
+        self.events = events
+        self.baseline = baseline
+        self.notifier = notifier or Notifier({})
+        self.hotplug = hotplug
+        self.on_status = on_status
+        self.clock = clock
+        self.wall = wall
+        self.ready = threading.Event()
+        """Set once the first samples are in (READY=1)."""
+        self.paused = False
+        self._pending: LoopSettings | None = None
+        self._hold = RaiseHold(settings.raise_hold_s)
+        self._batch = dict(settings.models)
+        self._temp: tuple[float, float] | None = None
+        self._power: tuple[float, float] | None = None
+        self._unknown: set[str] = set()
+        self._temp_sample = TemperatureSample((), None)
+        self._power_sample = PowerSample((), None, False)
+        self._last_action: LastAction | None = None
+        self._state = "starting"
+        self._caps: dict[str, float | None] = {}
+        self._curs: dict[str, float | None] = {}
+        now = clock()
+        self._next_temp = self._next_power = self._next_housekeeping = now
+        self._next_ping = now
+        self._last_scan = now
+        self.sensors = self._discover_sensors()
+        self.actuators = Actuators(events)
+        self._sync_domains()
+        self.snapshot = self._build_snapshot()
+
+    # -- public, thread-safe ---------------------------------------------------------------------
+
+    def batch_size(self, model: str) -> int:
+        return self._batch.get(model, 1)
+
+    def request_reload(self, settings: LoopSettings) -> None:
+        """Applied whole at the start of the next tick, never half-way through a decision."""
+        self._pending = settings
+
+    def run(self, stop: threading.Event) -> None:
+        quiet_until = 0.0
+        while not stop.is_set():
+            try:
+                wake = self.tick(self.clock())
+            except Exception:  # a bug must not end governing; the watchdog sees no ping
+                now = self.clock()
+                if now >= quiet_until:
+                    log.exception("control loop tick failed; continuing")
+                    quiet_until = now + 10.0
+                wake = now + 0.1
+            stop.wait(max(0.0, wake - self.clock()))
+
+    # -- one tick --------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> float:
+        """Do whatever is due at `now`; return when the next thing is due."""
+        if self._pending is not None:
+            self._apply_settings(self._pending, now)
+        self._maybe_rediscover(now)
+        sampled = False
+        if now >= self._next_temp:
+            self._temp_sample = self.sensors.sample_temperatures()
+            if self._temp_sample.celsius is not None:
+                self._temp = (self._temp_sample.celsius, now)
+            self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
+            sampled = True
+        if self.sensors.powers and now >= self._next_power:
+            self._power_sample = self.sensors.sample_powers(now)
+            if self._power_sample.watts is not None:
+                self._power = (self._power_sample.watts, now)
+            self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
+            sampled = True
+        if sampled:
+            self._decide(now)
+            self.ready.set()
+        if now >= self._next_housekeeping:
+            self._housekeeping()
+            self._next_housekeeping = next_deadline(self._next_housekeeping, HOUSEKEEPING_S, now)
+        interval = self.notifier.watchdog_interval_s
+        if interval is not None and now >= self._next_ping:
+            self.notifier.watchdog()
+            self._next_ping = now + interval
+        wake = min(self._next_temp, self._next_housekeeping)
+        if self.sensors.powers:
+            wake = min(wake, self._next_power)
+        if interval is not None:
+            wake = min(wake, self._next_ping)
+        return wake
+
+    def _fresh(self, sample: tuple[float, float] | None, now: float) -> float | None:
+        if sample is None or now - sample[1] > self.settings.stale_s:
+            return None
+        return sample[0]
+
+    def _readings(self, now: float) -> Readings:
+        metered = self.sensors.power_plan.metered
+        temp = self._fresh(self._temp, now)
+        power = self._fresh(self._power, now) if metered else None
+        self._note_unknown("temperature", temp is None and self._temp is not None)
+        self._note_unknown("power", metered and power is None and self._power is not None)
+        return Readings(temp, power, metered)
+
+    def _note_unknown(self, signal: str, unknown: bool) -> None:
+        if unknown and signal not in self._unknown:
+            self._unknown.add(signal)
+            message = f"{signal} unknown: no valid reading for {self.settings.stale_s:g} s; stepping down (fail-safe)"
+            log.warning(message)
+            self.events.publish(
+                Event("fault", message, {"signal": signal, "stale_s": self.settings.stale_s})
+            )
+        elif not unknown and signal in self._unknown:
+            self._unknown.discard(signal)
+            log.info("%s readings are back", signal)
+            self.events.publish(
+                Event("fault", f"{signal} readings are back", {"signal": signal, "recovered": True})
+            )
+
+    def _decide(self, now: float) -> None:
+        readings = self._readings(now)
+        governor = self.settings.governor
+        verdict = governor.verdict(readings)
+        if self.paused:
+            self._state = "paused"
+        else:
+            verdict, self._hold = self._hold.apply(verdict, now)
+            changes = self.actuators.apply(governor, verdict)
+            for change in changes:
+                self._caps[change.domain] = change.new_mhz
+            batch = self._step_batches(verdict)
+            if changes or batch:
+                self._report(verdict, changes, batch, readings)
+            unknown = readings.temp_c is None or (readings.metered and readings.power_w is None)
+            states = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
+            self._state = "fail-safe" if unknown else states[verdict.action]
+        self.snapshot = self._build_snapshot()
+
+    def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
+        changed = {}
+        batch = dict(self._batch)
+        for model, max_batch in self.settings.models.items():
+            old = batch.get(model, max_batch)
+            new = int(self.settings.governor.step_batch(verdict, old, max_batch).new)
+            if new != old:
+                batch[model] = new
+                changed[model] = (old, new)
+        if changed:
+            self._batch = batch  # one reference swap: the batcher never sees a half-updated dict
+        return changed
+
+    def _report(
+        self,
+        verdict: Verdict,
+        changes: list[CapChange],
+        batch: dict[str, tuple[int, int]],
+        readings: Readings,
+    ) -> None:
+        def mhz(value: float | None) -> str:
+            return "?" if value is None else f"{value:.0f}"
+
+        parts = [f"{c.domain} {mhz(c.old_mhz)} -> {mhz(c.new_mhz)} MHz" for c in changes]
+        parts += [f"batch {model} {old} -> {new}" for model, (old, new) in batch.items()]
+        message = f"{verdict.action.value}: {', '.join(parts)} ({verdict.reason})"
+        log.info(message)
+        self._last_action = LastAction(verdict.action.value, verdict.reason, self.wall())
+        data = {
+            "action": verdict.action.value,
+            "reason": verdict.reason,
+            "caps": {c.domain: {"old_mhz": c.old_mhz, "new_mhz": c.new_mhz} for c in changes},
+            "batch": {model: {"old": old, "new": new} for model, (old, new) in batch.items()},
+            "temperature_c": readings.temp_c,
+            "power_w": readings.power_w,
+        }
+        self.events.publish(Event("governor", message, data))
+
+    # -- discovery and settings ------------------------------------------------------------------
+
+    def _discover_sensors(self) -> SensorSet:
+        s = self.settings
+        return SensorSet.discover(self.root, s.governing_temperatures, s.governing_powers)
+
+    def _sync_domains(self) -> None:
+        g = self.settings.governor
+        found = domains.discover(self.root, self.baseline)
+        changes = self.actuators.sync(found, g.min_mhz, g.max_mhz, self.settings.domain_overrides)
+        for change in changes:
+            log.info(
+                "%s: cap %s -> %.0f MHz (into the configured range)",
+                change.domain,
+                change.old_mhz,
+                change.new_mhz,
+            )
+        self._read_clocks()
+
+    def _read_clocks(self) -> None:
+        controls = self.actuators.controls
+        self._caps = {name: c.domain.read_cap_mhz() for name, c in controls.items()}
+        self._curs = {name: c.domain.read_cur_mhz() for name, c in controls.items()}
+
+    def _maybe_rediscover(self, now: float) -> None:
+        hotplug = self.hotplug is not None and self.hotplug.changed()
+        vanished = self.sensors.gone and now - self._last_scan >= 1.0
+        periodic = self.hotplug is None and now - self._last_scan >= self.settings.rescan_s
+        if not (hotplug or vanished or periodic):
+            return
+        self._last_scan = now
+        found = self._discover_sensors()
+        self._sync_domains()
+        if found.signature == self.sensors.signature:
+            return  # keep the sensors and their logged-once state
+        self.sensors = found
+        why = (
+            "udev event" if hotplug else "a sensor file vanished" if vanished else "devices changed"
+        )
+        message = f"sensors re-discovered ({why}): {len(found.temperatures)} temperatures, {len(found.powers)} powers"
+        log.info(message)
+        self.events.publish(Event("fault", message, {"reason": why}))
+
+    def _apply_settings(self, settings: LoopSettings, now: float) -> None:
+        self._pending = None
+        old, self.settings = self.settings, settings
+        if (old.governing_temperatures, old.governing_powers) != (
+            settings.governing_temperatures,
+            settings.governing_powers,
+        ):
+            self.sensors = self._discover_sensors()
+        self._sync_domains()
+        self._hold = RaiseHold(settings.raise_hold_s)
+        self._batch = {
+            name: min(self._batch.get(name, top), top) for name, top in settings.models.items()
+        }
+        if (old.temperature_s, old.power_s) != (settings.temperature_s, settings.power_s):
+            self._next_temp = self._next_power = now
+        log.info("control loop settings reloaded")
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        self._read_clocks()
+        self.snapshot = self._build_snapshot()
+        self.notifier.status(status.line(self.snapshot))
+        if self.on_status is not None:
+            self.on_status(self.snapshot)
+
+    def _build_snapshot(self) -> Snapshot:
+        power = self._power_sample
+        return Snapshot(
+            ts=self.wall(),
+            platform=self.board.platform,
+            model=self.board.model,
+            temperature_c=self._temp_sample.celsius,
+            power_w=power.watts,
+            power_estimated=self.sensors.power_plan.estimated,
+            metered=self.sensors.power_plan.metered,
+            temperatures={r.name: r.celsius for r in self._temp_sample.readings},
+            powers={r.name: r.watts for r in power.readings},
+            domains=tuple(
+                DomainStatus(
+                    name,
+                    c.domain.kind,
+                    self._caps.get(name),
+                    self._curs.get(name),
+                    c.target,
+                    c.low,
+                    c.high,
+                )
+                for name, c in self.actuators.controls.items()
+            ),
+            state=self._state,
+            last_action=self._last_action,
+            batch=dict(self._batch),
+        )

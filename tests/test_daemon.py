@@ -1,0 +1,181 @@
+"""The daemon as systemd runs it: notify protocol, signals, baseline restore, reload."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT
+
+POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
+NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
+
+
+class RunningDaemon:
+    def __init__(self, tmp_path: Path, config: str, *args: str, watchdog_usec: int = 0) -> None:
+        self.root = tmp_path / "board"
+        self.config = tmp_path / "mcpd.toml"
+        self.config.write_text(config)
+        self.log = tmp_path / "daemon.log"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(str(tmp_path / "notify.sock"))
+        self.messages: list[str] = []
+        env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"))
+        if watchdog_usec:
+            env["WATCHDOG_USEC"] = str(watchdog_usec)
+        command = [sys.executable, "-m", "mcpd", "run", "--config", str(self.config), "--simulate", "rk3588",
+                   "--sim-root", str(self.root), "--sim-speed", "10", *args]  # fmt: skip
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, cwd=PROJECT, env=env, stderr=log)
+
+    def receive(self, until: Callable[[str], bool], timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.notify.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                message = self.notify.recv(4096).decode()
+            except TimeoutError:
+                break
+            self.messages.append(message)
+            if until(message):
+                return message
+        raise AssertionError(
+            f"no matching notify message in {timeout} s; got {self.messages[-5:]}\n{self.log.read_text()}"
+        )
+
+    def drain(self) -> None:
+        self.notify.setblocking(False)
+        try:
+            while True:
+                self.messages.append(self.notify.recv(4096).decode())
+        except BlockingIOError:
+            pass
+        finally:
+            self.notify.setblocking(True)
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            self.drain()
+            assert time.monotonic() < deadline, self.log.read_text()
+            assert self.process.poll() is None, f"daemon exited:\n{self.log.read_text()}"
+            time.sleep(0.05)
+
+    def cap(self, rel: str) -> int:
+        return int((self.root / rel).read_text())
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+        self.notify.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Callable[..., RunningDaemon]]:
+    started: list[RunningDaemon] = []
+
+    def start(config: str = "", *args: str, watchdog_usec: int = 0) -> RunningDaemon:
+        config = config or f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+        started.append(RunningDaemon(tmp_path, config, *args, watchdog_usec=watchdog_usec))
+        return started[-1]
+
+    yield start
+    for running in started:
+        running.close()
+
+
+def test_ready_status_watchdog_throttle_and_clean_stop(
+    daemon: Callable[..., RunningDaemon], tmp_path: Path
+) -> None:
+    d = daemon(watchdog_usec=1_000_000)
+    ready = d.receive(lambda m: m.startswith("READY=1"))
+    assert "\nSTATUS=" in ready and "policy4 2400" in ready
+    d.receive(lambda m: m == "WATCHDOG=1")
+    d.wait_for(lambda: d.cap(POLICY4) < 2400000)  # the simulated board passed 85 °C
+    status = d.receive(lambda m: m.startswith("STATUS=") and ("lowering" in m or "holding" in m))
+    assert "°C" in status and "no meter" in status
+    assert (tmp_path / "state/baseline.json").exists()
+    d.process.send_signal(signal.SIGTERM)
+    assert d.process.wait(timeout=15) == 0
+    d.receive(lambda m: m == "STOPPING=1", timeout=1)
+    assert (d.cap(POLICY4), d.cap(NPU)) == (2400000, 1000000000)
+    assert not (tmp_path / "state/baseline.json").exists()
+    log = d.log.read_text()
+    assert "ready: rk3588 (Radxa ROCK 5B)" in log
+    assert "lower: policy0 1800 -> " in log and "(temperature " in log  # one line per decision
+    assert "baseline caps restored" in log
+
+
+def test_kill_9_leaves_the_baseline_for_mcpd_restore(
+    daemon: Callable[..., RunningDaemon], tmp_path: Path
+) -> None:
+    d = daemon()
+    d.receive(lambda m: m.startswith("READY=1"))
+    d.wait_for(lambda: d.cap(POLICY4) < 2400000)
+    d.process.kill()
+    d.process.wait(timeout=10)
+    throttled = d.cap(POLICY4)
+    assert throttled < 2400000
+    saved = json.loads((tmp_path / "state/baseline.json").read_text())
+    assert saved["domains"]["policy4"]["value"] == "2400000"
+    restore = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "restore",
+        "--config",
+        str(d.config),
+        "--sysfs-root",
+        str(d.root),
+    ]
+    result = subprocess.run(restore, cwd=PROJECT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "restored policy4" in result.stdout
+    assert d.cap(POLICY4) == 2400000
+
+
+def test_sighup_applies_a_good_config_and_rejects_a_bad_one(
+    daemon: Callable[..., RunningDaemon], tmp_path: Path
+) -> None:
+    state = f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+    d = daemon(state)
+    d.receive(lambda m: m.startswith("READY=1"))
+    d.wait_for(lambda: d.cap(POLICY4) < 2400000)
+    d.config.write_text(state + "[governor]\ntemp_high_c = 110.0\ntemp_low_c = 100.0\n")
+    d.process.send_signal(signal.SIGHUP)
+    d.receive(lambda m: m.startswith("RELOADING=1"))
+    d.receive(lambda m: m.startswith("READY=1"))
+    d.wait_for(lambda: d.cap(POLICY4) == 2400000)  # every temperature is now "cool": raised back
+    d.config.write_text(state + "[governor]\ntemp_high_c = 'hot'\n")
+    d.process.send_signal(signal.SIGHUP)
+    d.receive(lambda m: m.startswith("RELOADING=1"))
+    d.receive(lambda m: m.startswith("READY=1"))
+    d.wait_for(lambda: "reload rejected" in d.log.read_text())
+    d.receive(lambda m: m.startswith("STATUS="), timeout=3)  # still governing
+    assert d.cap(POLICY4) == 2400000  # the good config stays in force
+    log = d.log.read_text()
+    assert f"{d.config}: governor.temp_high_c: expected a valid number, got 'hot'" in log
+    d.process.send_signal(signal.SIGTERM)
+    assert d.process.wait(timeout=15) == 0
+
+
+def test_invalid_config_at_start_exits_with_the_problem(tmp_path: Path) -> None:
+    config = tmp_path / "mcpd.toml"
+    config.write_text("[sampling]\ntemperature_ms = 0\n")
+    result = subprocess.run([sys.executable, "-m", "mcpd", "run", "--config", str(config), "--simulate", "rk3588"],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        f"{config}: sampling.temperature_ms: expected greater than or equal to 10, got 0"
+        in result.stderr
+    )

@@ -1,0 +1,355 @@
+"""The control loop on static fake trees and closed around the simulator, with an injected clock."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from governors import HysteresisGovernor
+from mcpd import board
+from mcpd.baseline import Baseline
+from mcpd.config import DomainSection
+from mcpd.events import Event, EventBus
+from mcpd.loop import ControlLoop, LoopSettings, next_deadline
+from mcpd.notify import Notifier
+from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
+from tests.fakesys import FakeSysfs
+
+POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
+NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
+ZONE = "sys/devices/virtual/thermal/thermal_zone0/temp"
+INA_CURR = "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon1/curr1_input"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_loop(
+    root: Path, settings: LoopSettings | None = None, **kwargs: object
+) -> tuple[ControlLoop, Clock, list[Event]]:
+    clock = Clock()
+    events = EventBus()
+    seen: list[Event] = []
+    events.subscribe(seen.append)
+    loop = ControlLoop(
+        root, board.detect(root), settings or LoopSettings(), events=events,
+        baseline=Baseline(root / "state", root), clock=clock, wall=lambda: 1.7e9 + clock.now, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return loop, clock, seen
+
+
+def run_for(loop: ControlLoop, clock: Clock, seconds: float, sim: Simulator | None = None) -> None:
+    """Advance the fake clock to each deadline the loop asks for, stepping the plant in between."""
+    end = clock.now + seconds
+    wake = clock.now
+    while wake <= end:
+        if sim is not None:
+            sim.advance(wake - clock.now)
+        clock.now = wake
+        wake = loop.tick(clock.now)
+
+
+def board_with_meter(fake: FakeSysfs, celsius: float, watts: float) -> None:
+    fake.file("proc/sys/kernel/random/boot_id", "0b3a9c2e-0000-4000-8000-000000000000\n")
+    fake.zone(0, "soc-thermal", round(celsius * 1000))
+    ina3221(
+        fake,
+        1,
+        "1-0040",
+        {1: ("VDD_IN", 5000, round(watts * 200)), 2: ("VDD_SOC", 5000, 100), 3: ("NC", 0, 0)},
+    )
+    fake.cpufreq(4, (4, 5), 408000, 2400000, (*RK_A76_KHZ, 2400000))
+    fake.devfreq("fdab0000.npu", "sys/devices/platform/fdab0000.npu", RK_GPU_HZ, "rknpu_ondemand")
+
+
+def cap(fake: FakeSysfs, rel: str) -> int:
+    return int((fake.root / rel).read_text())
+
+
+def set_temp(fake: FakeSysfs, celsius: float) -> None:
+    fake.file(ZONE, f"{round(celsius * 1000)}\n")
+
+
+def set_power(fake: FakeSysfs, watts: float) -> None:
+    fake.file(INA_CURR, f"{round(watts * 200)}\n")
+
+
+@pytest.mark.parametrize(
+    ("celsius", "watts", "policy4", "npu"),
+    [
+        (
+            85.0,
+            5.0,
+            1608000,
+            800000000,
+        ),  # hot: 2400 x 0.7 = 1680 -> 1608; npu 1000 x 0.7 -> floor 800
+        (60.0, 12.0, 1608000, 800000000),  # power at the limit
+        (80.0, 5.0, 2400000, 1000000000),  # hold band
+        (60.0, 10.0, 2400000, 1000000000),  # hold band on power
+        (75.0, 9.0, 2400000, 1000000000),  # cool, already at the top
+    ],
+)
+def test_one_decision(
+    fake: FakeSysfs, celsius: float, watts: float, policy4: int, npu: int
+) -> None:
+    board_with_meter(fake, celsius, watts)
+    loop, clock, _ = make_loop(fake.root)
+    loop.tick(clock.now)
+    assert (cap(fake, POLICY4), cap(fake, NPU)) == (policy4, npu)
+
+
+def test_recovery_below_75_and_9_climbs_through_a_coarse_table(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 2.0)
+    assert cap(fake, POLICY4) == 600000  # the 800 MHz floor, snapped down to the table
+    set_temp(fake, 74.0)
+    set_power(fake, 8.0)
+    caps = []
+    for _ in range(20):
+        run_for(loop, clock, 0.1)
+        caps.append(cap(fake, POLICY4))
+    assert caps[-1] == 2400000
+    assert sorted(caps) == caps and len(set(caps)) >= 5  # climbed step by step, never stuck
+
+
+def test_floor_is_the_configured_minimum_snapped(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 95.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 3.0)
+    # 800 MHz floor snaps down to the 600 MHz table entry; never below it.
+    assert cap(fake, POLICY4) == 600000
+    assert cap(fake, NPU) == 800000000
+    assert loop.snapshot.state == "lowering"
+
+
+def test_per_domain_override_and_disabled_domain(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 95.0, 5.0)
+    overrides = {
+        "fdab0000.npu": DomainSection(min_mhz=300.0),
+        "policy4": DomainSection(enabled=False),
+    }
+    loop, clock, _ = make_loop(fake.root, LoopSettings(domain_overrides=overrides))
+    run_for(loop, clock, 3.0)
+    assert cap(fake, NPU) == 300000000
+    assert cap(fake, POLICY4) == 2400000  # left alone
+    assert [d.name for d in loop.snapshot.domains] == ["fdab0000.npu"]
+
+
+def test_disjoint_range_uses_the_hardware_range(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 95.0, 5.0)
+    loop, clock, _ = make_loop(
+        fake.root, LoopSettings(governor=HysteresisGovernor(min_mhz=1500.0, max_mhz=3200.0))
+    )
+    run_for(loop, clock, 3.0)
+    (npu,) = [d for d in loop.snapshot.domains if d.name == "fdab0000.npu"]
+    assert (npu.min_mhz, npu.max_mhz) == (300.0, 1000.0)
+    assert cap(fake, NPU) == 300000000
+
+
+def test_cap_outside_the_range_is_brought_in_at_start(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    make_loop(fake.root, LoopSettings(governor=HysteresisGovernor(max_mhz=2000.0)))
+    assert cap(fake, POLICY4) == 1800000
+
+
+def test_batch_sizes_follow_the_same_rule(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, events = make_loop(fake.root, LoopSettings(models={"resnet": 16, "tiny": 1}))
+    assert loop.batch_size("resnet") == 16
+    loop.tick(clock.now)
+    assert loop.batch_size("resnet") == 11 and loop.batch_size("tiny") == 1
+    run_for(loop, clock, 2.0)
+    assert loop.batch_size("resnet") == 1
+    set_temp(fake, 60.0)
+    run_for(loop, clock, 4.0)
+    assert loop.batch_size("resnet") == 16
+    assert loop.snapshot.batch == {"resnet": 16, "tiny": 1}
+    assert any(e.data.get("batch", {}).get("resnet") == {"old": 16, "new": 11} for e in events)
+
+
+def test_sampling_periods_and_deadlines(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    temps = powers = 0
+    sample_temperatures, sample_powers = (
+        loop.sensors.sample_temperatures,
+        loop.sensors.sample_powers,
+    )
+
+    def count_t():  # type: ignore[no-untyped-def]
+        nonlocal temps
+        temps += 1
+        return sample_temperatures()
+
+    def count_p(now):  # type: ignore[no-untyped-def]
+        nonlocal powers
+        powers += 1
+        return sample_powers(now)
+
+    loop.sensors.sample_temperatures = count_t  # type: ignore[method-assign]
+    loop.sensors.sample_powers = count_p  # type: ignore[method-assign]
+    run_for(loop, clock, 9.99)
+    assert (temps, powers) == (50, 100)
+
+
+def test_next_deadline_keeps_the_grid_and_skips_missed_ticks() -> None:
+    assert next_deadline(10.0, 0.2, 10.05) == pytest.approx(10.2)
+    assert next_deadline(10.0, 0.2, 10.95) == pytest.approx(11.0)  # 10.2 .. 10.8 were missed
+    assert next_deadline(10.0, 0.2, 11.0) == pytest.approx(11.2)
+
+
+def test_stale_temperature_is_fail_safe_after_one_second(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 1.0)
+    set_temp(fake, -256.0)  # the zone goes power-gated: no valid reading
+    run_for(loop, clock, 0.5)
+    assert (
+        cap(fake, POLICY4) == 2400000 and loop.snapshot.state == "holding"
+    )  # last value still fresh
+    run_for(loop, clock, 1.0)
+    assert loop.snapshot.state == "fail-safe"
+    assert cap(fake, POLICY4) < 2400000
+    assert any(e.kind == "fault" and "temperature unknown" in e.message for e in events)
+    set_temp(fake, 60.0)
+    run_for(loop, clock, 0.3)
+    assert loop.snapshot.state == "raising"
+    assert any(e.kind == "fault" and e.message == "temperature readings are back" for e in events)
+
+
+def test_silent_power_meter_is_fail_safe(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 60.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 1.0)
+    fake.file(INA_CURR, "garbage\n")
+    run_for(loop, clock, 1.5)
+    assert loop.snapshot.state == "fail-safe"
+    assert cap(fake, POLICY4) == 600000
+
+
+def test_vanished_sensor_and_renumbered_hwmon_are_rediscovered(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 60.0, 5.0)
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 0.5)
+    device = fake.root / "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon"
+    (device / "hwmon1").rename(device / "hwmon9")
+    (fake.root / "sys/class/hwmon/hwmon1").unlink()
+    fake.link(
+        "sys/class/hwmon/hwmon9", "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon9"
+    )
+    run_for(loop, clock, 2.0)
+    assert loop.snapshot.power_w == pytest.approx(5.0)
+    assert loop.snapshot.state != "fail-safe"
+    assert any("re-discovered (a sensor file vanished)" in e.message for e in events)
+
+
+def test_reload_is_applied_whole_at_a_tick(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    loop, clock, _ = make_loop(fake.root, LoopSettings(models={"m": 8}))
+    run_for(loop, clock, 1.0)
+    assert cap(fake, POLICY4) == 2400000
+    loop.request_reload(
+        LoopSettings(
+            governor=HysteresisGovernor(temp_high_c=79.0, temp_low_c=70.0), models={"m": 4, "n": 2}
+        )
+    )
+    assert cap(fake, POLICY4) == 2400000  # nothing happens until the loop's next tick
+    run_for(loop, clock, 0.1)  # one decision: a power sample, with the newest temperature
+    assert cap(fake, POLICY4) < 2400000
+    assert loop.snapshot.batch == {"m": 2, "n": 1}
+
+
+def test_pause_holds_everything(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 95.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    loop.paused = True
+    run_for(loop, clock, 2.0)
+    assert cap(fake, POLICY4) == 2400000 and loop.snapshot.state == "paused"
+
+
+def test_watchdog_pinged_from_the_loop_and_status_sent(fake: FakeSysfs, tmp_path: Path) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    address = str(tmp_path / "notify")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(address)
+    receiver.setblocking(False)
+    notifier = Notifier({"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "2000000"})
+    loop, clock, _ = make_loop(fake.root, notifier=notifier)
+    run_for(loop, clock, 3.05)
+    notifier.close()
+    messages = []
+    while True:
+        try:
+            messages.append(receiver.recv(4096).decode())
+        except BlockingIOError:
+            break
+    receiver.close()
+    assert messages.count("WATCHDOG=1") == 4  # every 1 s: half of WatchdogSec
+    statuses = [m for m in messages if m.startswith("STATUS=")]
+    assert len(statuses) == 4
+    assert statuses[-1] == "STATUS=80.0 °C 5.00 W | policy4 2400 fdab0000.npu 1000 MHz | holding"
+
+
+def test_closed_loop_keeps_a_jetson_within_its_envelope(tmp_path: Path) -> None:
+    """Sustained full load: without a governor the plant settles near 100 °C and 14.7 W."""
+    sim = Simulator(
+        PROFILES["jetson-orin-nano"], tmp_path / "board", load=LoadSchedule("sustained"), speed=5.0
+    )
+    sim.build()
+    loop, clock, _ = make_loop(sim.root)
+    temps, powers = [], []
+    for _ in range(60):
+        run_for(loop, clock, 1.0, sim)
+        temps.append(loop.snapshot.temperature_c or 0.0)
+        powers.append(sim.state.input_w)
+    assert max(temps) < 86.0
+    assert sum(p > 12.5 for p in powers[2:]) == 0
+    assert sim.work_mhz_s["policy0"] > 0.5 * 1510.4 * 300  # it still works at more than half speed
+
+
+def test_closed_loop_throttles_at_85_and_recovers_below_75(tmp_path: Path) -> None:
+    sim = Simulator(
+        PROFILES["rk3588"], tmp_path / "board", load=LoadSchedule("bursts", 120.0, 120.0), speed=5.0
+    )
+    sim.build()
+    loop, clock, events = make_loop(sim.root)
+    trace = []
+    for _ in range(48):
+        run_for(loop, clock, 1.0, sim)
+        trace.append((loop.snapshot.temperature_c or 0.0, sim.caps_khz[1]))
+    hot = [t for t, _ in trace[:24]]
+    assert 84.0 < max(hot) < 88.0, max(hot)
+    assert min(c for _, c in trace[:24]) < 2400000  # throttled during the burst
+    assert trace[-1][1] == 2400000 and trace[-1][0] <= 75.0  # back to full clocks once cool
+    actions = [e.data["action"] for e in events if e.kind == "governor"]
+    assert "lower" in actions and "raise" in actions
+
+
+def test_a_receiver_that_stops_reading_never_blocks_the_loop(
+    fake: FakeSysfs, tmp_path: Path
+) -> None:
+    """A unix datagram queue holds ~10 messages; after that a blocking sendto() would hang."""
+    board_with_meter(fake, 80.0, 5.0)
+    address = str(tmp_path / "notify")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(address)
+    notifier = Notifier({"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "200000"})
+    loop, clock, _ = make_loop(fake.root, notifier=notifier)
+    worker = threading.Thread(
+        target=run_for, args=(loop, clock, 30.0), daemon=True
+    )  # hundreds of messages
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the loop is stuck sending to systemd"
+    notifier.close()
+    receiver.close()
