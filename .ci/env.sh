@@ -22,5 +22,13 @@ mcpd_env() {
     if [ ! -x .venv/bin/python ]; then
         python3 -m venv .venv
     fi
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
+    # Reinstall only when the project's requirements change; pip's chatter goes to a log that is
+    # shown only if the install fails.
+    local stamp=".venv/.installed-${extras:-base}-$(sha256sum <pyproject.toml | cut -c1-16)"
+    [ -e "$stamp" ] && return 0
+    if ! .venv/bin/python -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}" >.venv/pip.log 2>&1; then
+        cat .venv/pip.log >&2
+        return 1
+    fi
+    touch "$stamp"
 }

@@ -94,7 +94,9 @@ class Daemon:
         return stats
 
     def status(self) -> dict[str, Any]:
-        return status.document(self.loop.snapshot, self.model_stats(), self.daemon_stats())
+        return status.document(
+            self.loop.snapshot, self.model_stats(), self.daemon_stats(), self.loop.timing.summary()
+        )
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Allow-listed runtime commands (pause/resume the governor); anything else is refused."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,32 @@ class LoopSettings:
         )
 
 
+class LoopTiming:
+    """How late samples are taken and how long a sample takes to become a cap write: the loop's
+    own health, reported in the status document and measured by bench/control_loop.py."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.lateness_s: deque[float] = deque(maxlen=size)
+        self.sample_to_write_s: deque[float] = deque(maxlen=size)
+
+    @staticmethod
+    def _summary(values: deque[float]) -> dict[str, float] | None:
+        if not values:
+            return None
+        ordered = sorted(values)
+
+        def ms(quantile: float) -> float:
+            return round(ordered[min(len(ordered) - 1, int(quantile * len(ordered)))] * 1000, 3)
+
+        return {"p50_ms": ms(0.5), "p99_ms": ms(0.99), "max_ms": round(ordered[-1] * 1000, 3)}
+
+    def summary(self) -> dict[str, dict[str, float] | None]:
+        return {
+            "sample_lateness": self._summary(self.lateness_s),
+            "sample_to_write": self._summary(self.sample_to_write_s),
+        }
+
+
 def next_deadline(deadline: float, period: float, now: float) -> float:
     """The next grid point after `now`, skipping any that were missed."""
     deadline += period
@@ -109,6 +136,7 @@ class ControlLoop:
         self.on_status = on_status
         self.clock = clock
         self.wall = wall
+        self.timing = LoopTiming()
         self.ready = threading.Event()
         """Set once the first samples are in (READY=1)."""
         self.paused = False
@@ -163,20 +191,24 @@ class ControlLoop:
             self._apply_settings(self._pending, now)
         self._maybe_rediscover(now)
         sampled = False
+        started = self.clock()
         if now >= self._next_temp:
+            self.timing.lateness_s.append(started - self._next_temp)
             self._temp_sample = self.sensors.sample_temperatures()
             if self._temp_sample.celsius is not None:
                 self._temp = (self._temp_sample.celsius, now)
             self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
             sampled = True
         if self.sensors.powers and now >= self._next_power:
+            self.timing.lateness_s.append(self.clock() - self._next_power)
             self._power_sample = self.sensors.sample_powers(now)
             if self._power_sample.watts is not None:
                 self._power = (self._power_sample.watts, now)
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
             sampled = True
         if sampled:
-            self._decide(now)
+            if self._decide(now):
+                self.timing.sample_to_write_s.append(self.clock() - started)
             self.ready.set()
         if now >= self._next_housekeeping:
             self._housekeeping()
@@ -220,8 +252,10 @@ class ControlLoop:
                 Event("fault", f"{signal} readings are back", {"signal": signal, "recovered": True})
             )
 
-    def _decide(self, now: float) -> None:
+    def _decide(self, now: float) -> bool:
+        """Decide on the newest readings; True if a cap was written."""
         readings = self._readings(now)
+        changes: list[CapChange] = []
         governor = self.settings.governor
         verdict = governor.verdict(readings)
         if self.paused:
@@ -238,6 +272,7 @@ class ControlLoop:
             states = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
             self._state = "fail-safe" if unknown else states[verdict.action]
         self.snapshot = self._build_snapshot()
+        return bool(changes)
 
     def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
         changed = {}

@@ -43,7 +43,10 @@ def _round(value: float | None, digits: int) -> float | None:
 
 
 def document(
-    snapshot: Snapshot, models: Mapping[str, ModelStats], daemon: Mapping[str, Any]
+    snapshot: Snapshot,
+    models: Mapping[str, ModelStats],
+    daemon: Mapping[str, Any],
+    loop: Mapping[str, Any],
 ) -> dict[str, Any]:
     last = snapshot.last_action
     return {
@@ -85,6 +88,7 @@ def document(
             for name, stats in models.items()
         },
         "daemon": dict(daemon),
+        "loop": dict(loop),
     }
 
 

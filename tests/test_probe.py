@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -55,13 +56,18 @@ def test_probe_json_on_simulated_board(tmp_path: Path, profile: str) -> None:
         ):
             assert time.monotonic() < deadline, "simulator did not start"
             time.sleep(0.05)
-        out = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--json", "--sysfs-root", str(root)],
-                             capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+        # Three probes: a simulator delayed by a busy machine writes its energy counters in bursts,
+        # which skews one 100 ms RAPL window; the median of three is stable.
+        probes = [
+            json.loads(subprocess.run([sys.executable, "-m", "mcpd", "probe", "--json", "--sysfs-root", str(root)],
+                                      capture_output=True, text=True, timeout=30, check=True).stdout)
+            for _ in range(3)
+        ]  # fmt: skip
         state = json.loads((root / STATE_FILE).read_text())
     finally:
         sim.terminate()
         sim.wait(timeout=10)
-    result = json.loads(out.stdout)
+    result = probes[0]
     platform, source, estimated, domain_names = EXPECTED[profile]
     assert result["platform"] == platform
     assert result["power_source"] == source and result["power_estimated"] is estimated
@@ -76,5 +82,5 @@ def test_probe_json_on_simulated_board(tmp_path: Path, profile: str) -> None:
         assert result["power_w"] is None and result["powers"] == []
     else:
         plant_w = state["soc_w"] if profile == "x86-amd" else state["input_w"]
-        assert result["power_w"] == pytest.approx(plant_w, rel=0.08)
+        assert statistics.median(p["power_w"] for p in probes) == pytest.approx(plant_w, rel=0.08)
     assert {"name", "source", "celsius"} <= set(result["temperatures"][0])
