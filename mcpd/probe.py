@@ -24,14 +24,15 @@ def probe(
     governing_temperatures: Sequence[str] = (),
     governing_powers: Sequence[str] = (),
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     detected = board.detect(root)
     sensors = SensorSet.discover(root, governing_temperatures, governing_powers)
     found = domains.discover(root)
-    sensors.sample_powers(time.monotonic())
+    sensors.sample_powers(clock())
     sleep(SAMPLE_GAP_S)
     temperatures = sensors.sample_temperatures()
-    powers = sensors.sample_powers(time.monotonic())
+    powers = sensors.sample_powers(clock())
     return {
         "platform": detected.platform,
         "model": detected.model,

@@ -1,17 +1,16 @@
-"""`mcpd probe --json` on every simulator profile: platform, governing temperature/power, domains."""
+"""`mcpd probe` on every simulator profile: platform, governing temperature/power, domains."""
 
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from mcpd.sim import PROFILES, STATE_FILE
+from mcpd.probe import probe
+from mcpd.sim import PROFILES, LoadSchedule, Simulator
 
 EXPECTED = {
     # profile: (platform, power source, estimated, domains)
@@ -27,47 +26,33 @@ EXPECTED = {
 HOTTEST_OFFSET_C = {"jetson-orin-nano": 0.4, "jetson-agx-orin": 0.4}
 
 
+class SimulatedTime:
+    """probe() sleeps between its two samples: let the plant run through that time instead."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.sim.advance(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
 def test_every_profile_has_an_expectation() -> None:
     assert set(EXPECTED) == set(PROFILES)
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
-def test_probe_json_on_simulated_board(tmp_path: Path, profile: str) -> None:
-    root = tmp_path / "board"
-    sim = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mcpd",
-            "sim",
-            "--profile",
-            profile,
-            "--root",
-            str(root),
-            "--load",
-            "idle",
-        ]
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while (
-            not (root / STATE_FILE).exists()
-            or json.loads((root / STATE_FILE).read_text())["elapsed_s"] < 0.5
-        ):
-            assert time.monotonic() < deadline, "simulator did not start"
-            time.sleep(0.05)
-        # Three probes: a simulator delayed by a busy machine writes its energy counters in bursts,
-        # which skews one 100 ms RAPL window; the median of three is stable.
-        probes = [
-            json.loads(subprocess.run([sys.executable, "-m", "mcpd", "probe", "--json", "--sysfs-root", str(root)],
-                                      capture_output=True, text=True, timeout=30, check=True).stdout)
-            for _ in range(3)
-        ]  # fmt: skip
-        state = json.loads((root / STATE_FILE).read_text())
-    finally:
-        sim.terminate()
-        sim.wait(timeout=10)
-    result = probes[0]
+def test_probe_on_simulated_board(tmp_path: Path, profile: str) -> None:
+    sim = Simulator(PROFILES[profile], tmp_path / "board", load=LoadSchedule("sustained"))
+    sim.build()
+    for _ in range(30):
+        sim.advance(1.0)
+    time = SimulatedTime(sim)
+    result = probe(sim.root, sleep=time.sleep, clock=time.clock)
     platform, source, estimated, domain_names = EXPECTED[profile]
     assert result["platform"] == platform
     assert result["power_source"] == source and result["power_estimated"] is estimated
@@ -75,12 +60,28 @@ def test_probe_json_on_simulated_board(tmp_path: Path, profile: str) -> None:
     for d in result["domains"]:
         assert d["cap_mhz"] == d["max_mhz"] and d["min_mhz"] < d["max_mhz"]
         assert d["available_mhz"] == sorted(d["available_mhz"])
-    # Idle board at its steady state: the readings must match the plant.
-    expected_c = state["die_c"] + HOTTEST_OFFSET_C.get(profile, 0.0)
-    assert result["temperature_c"] == pytest.approx(expected_c, abs=0.8)
+    expected_c = sim.state.die_c + HOTTEST_OFFSET_C.get(profile, 0.0)
+    assert result["temperature_c"] == pytest.approx(expected_c, abs=0.6)
     if source.startswith("no power meter"):
         assert result["power_w"] is None and result["powers"] == []
     else:
-        plant_w = state["soc_w"] if profile == "x86-amd" else state["input_w"]
-        assert statistics.median(p["power_w"] for p in probes) == pytest.approx(plant_w, rel=0.08)
-    assert {"name", "source", "celsius"} <= set(result["temperatures"][0])
+        plant_w = sim.state.soc_w if profile == "x86-amd" else sim.state.input_w
+        assert result["power_w"] == pytest.approx(plant_w, rel=0.02)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_probe_command_json(tmp_path: Path, profile: str) -> None:
+    sim = Simulator(PROFILES[profile], tmp_path / "board")
+    sim.build()
+    out = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--json", "--sysfs-root", str(sim.root)],
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    result = json.loads(out.stdout)
+    assert set(result) == {"platform", "model", "temperatures", "powers", "temperature_c", "power_w",
+                           "power_estimated", "power_source", "domains"}  # fmt: skip
+    assert result["platform"] == EXPECTED[profile][0]
+    assert [d["name"] for d in result["domains"]] == EXPECTED[profile][3]
+    assert {"name", "source", "celsius", "governs"} == set(result["temperatures"][0])
+    assert isinstance(result["temperature_c"], float)
+    table = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(sim.root)],
+                           capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert table.startswith(f"platform     {EXPECTED[profile][0]}")
