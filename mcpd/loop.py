@@ -338,7 +338,7 @@ class ControlLoop:
 
     def _maybe_rediscover(self, now: float) -> None:
         hotplug = self.hotplug is not None and self.hotplug.changed()
-        vanished = self.sensors.gone and now - self._last_scan >= 1.0
+        vanished = now - self._last_scan >= 1.0 and self.sensors.gone
         periodic = self.hotplug is None and now - self._last_scan >= self.settings.rescan_s
         if not (hotplug or vanished or periodic):
             return

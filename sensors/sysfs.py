@@ -58,19 +58,52 @@ def parse_int(text: str) -> int | None:
 class Attribute:
     """One sysfs attribute read on every sample, tolerant of the errors real kernels return."""
 
-    __slots__ = ("_failure", "path")
+    __slots__ = ("_failure", "_fd", "path")
 
     def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
+        # Resolved once: opening through /sys/class/... symlinks costs a third more, and when the
+        # device goes away the resolved path vanishes too, which is what `gone` wants.
+        self.path = os.path.realpath(path)
         self._failure: str | None = None
+        self._fd: int | None = None
 
     def __repr__(self) -> str:
         return f"Attribute({self.path!r})"
 
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _read(self) -> str:
+        """Read through a kept file descriptor: sysfs regenerates an attribute on every read at
+        offset 0, so pread() costs a fifth of open+read+close. A file replaced under us (the
+        simulator renames new values into place) has no links left: then, and after any error
+        (a device going away answers ENODEV), open the path afresh."""
+        fd = self._fd
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_nlink:
+                    return os.pread(fd, _READ_SIZE, 0).decode("ascii", errors="replace")
+            except OSError:
+                pass
+            self.close()
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.pread(fd, _READ_SIZE, 0).decode("ascii", errors="replace")
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return text
+
     def read_int(self, low: int | None = None, high: int | None = None) -> int | None:
         """The attribute's integer value; None if unreadable, non-numeric or outside [low, high]."""
         try:
-            text = read_text(self.path)
+            text = self._read()
         except OSError as exc:
             self._failed(errno.errorcode.get(exc.errno or 0, str(exc)))
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -242,7 +243,9 @@ def test_vanished_sensor_and_renumbered_hwmon_are_rediscovered(fake: FakeSysfs) 
     loop, clock, events = make_loop(fake.root)
     run_for(loop, clock, 0.5)
     device = fake.root / "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon"
-    (device / "hwmon1").rename(device / "hwmon9")
+    # Hotplug: the kernel removes the device's files and registers it again under a new number.
+    shutil.copytree(device / "hwmon1", device / "hwmon9")
+    shutil.rmtree(device / "hwmon1")
     (fake.root / "sys/class/hwmon/hwmon1").unlink()
     fake.link(
         "sys/class/hwmon/hwmon9", "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon9"

@@ -73,3 +73,23 @@ def test_device_name_of_hwmon_and_iio(tmp_path: Path) -> None:
     (tmp_path / "hwmon3").symlink_to(hwmon)
     assert device_name(tmp_path / "hwmon3") == "1-0040"
     assert device_name(iio) == "6-0040"
+
+
+def test_kept_descriptor_follows_replacement_and_removal(tmp_path: Path) -> None:
+    """The attribute stays open between reads; a file replaced by rename (the simulator) or
+    removed (hotplug) must still be noticed."""
+    path = tmp_path / "temp"
+    path.write_text("41000\n")
+    attr = Attribute(path)
+    assert attr.read_int() == 41000
+    path.write_text("42000\n")  # rewritten in place, as sysfs regenerates an attribute
+    assert attr.read_int() == 42000
+    replacement = tmp_path / ".temp.new"
+    replacement.write_text("43000\n")
+    replacement.replace(path)
+    assert attr.read_int() == 43000
+    path.unlink()
+    assert attr.read_int() is None and attr.gone
+    path.write_text("44000\n")
+    assert attr.read_int() == 44000 and not attr.gone
+    attr.close()

@@ -107,6 +107,7 @@ class Simulator:
         self._renumbered: set[Fault] = set()
         self._state_written = -1.0
         self._inputs: Inputs | None = None
+        self._written: dict[str, str | None] = {}
 
     def build(self) -> None:
         self.tree.build()
@@ -194,18 +195,23 @@ class Simulator:
             if kinds is not None and dynamic.kind not in kinds:
                 continue
             faults = {fault.kind for fault in active if fault.sensor == dynamic.sensor}
-            path = self.root / dynamic.path
+            text: str | None
             if "vanish" in faults:
-                path.unlink(missing_ok=True)
-            elif "stuck" in faults and path.exists():
+                (self.root / dynamic.path).unlink(missing_ok=True)
+                text = None
+            elif "stuck" in faults and self._written.get(dynamic.path) is not None:
                 continue
             elif "garbage" in faults:
-                self.tree.write(dynamic.path, _GARBAGE)
+                text = _GARBAGE
             elif "sentinel" in faults and dynamic.kind == "temperature":
-                self.tree.write(dynamic.path, "-256000\n")
+                text = "-256000\n"
             else:
                 assert self._inputs is not None
-                self.tree.write(dynamic.path, dynamic.render(self._inputs))
+                text = dynamic.render(self._inputs)
+            # An unchanged value is not rewritten, so a reader's open descriptor stays valid.
+            if text is not None and text != self._written.get(dynamic.path):
+                self.tree.write(dynamic.path, text)
+            self._written[dynamic.path] = text
 
     def snapshot(self) -> dict[str, object]:
         return {
