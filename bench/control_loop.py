@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from mcpd.sim import PROFILES, STATE_FILE, LoadSchedule, Simulator
 from sensors import SensorSet
 
 PYTHON = sys.executable
+SIM_PID = "run/mcpd-sim/pid"
 
 
 # -- timing ------------------------------------------------------------------------------------------
@@ -65,6 +67,7 @@ def simulated_board(load: str) -> Iterator[Path]:
         try:
             while not (root / STATE_FILE).exists():
                 time.sleep(0.05)
+            (root / SIM_PID).write_text(str(process.pid))
             yield root
         finally:
             process.terminate()
@@ -180,9 +183,17 @@ def timing_run(
     }
 
 
-def idle_daemon(seconds: float) -> dict[str, float]:
-    """The whole daemon (mcpd run) on an idle simulated board: its own CPU and memory."""
+def idle_daemon(seconds: float, live: bool) -> dict[str, object]:
+    """The whole daemon (mcpd run) on an idle board: its own CPU and memory.
+
+    live: the simulator keeps running, replacing every changed value file (rename) on each 50 ms
+    step, so most reads must reopen the file. Not live: the simulator is stopped and the tree
+    stands still, as a real kernel's attributes do (every read is a pread on a kept descriptor).
+    """
     with simulated_board("idle") as root, tempfile.TemporaryDirectory() as folder:
+        if not live:
+            os.kill(int((root / SIM_PID).read_text()), signal.SIGTERM)
+            time.sleep(0.5)
         config = Path(folder) / "mcpd.toml"
         config.write_text(
             f'[daemon]\nsysfs_root = "{root}"\nstate_dir = "{folder}/state"\nsocket = "{folder}/mcpd.sock"\n'
@@ -200,7 +211,11 @@ def idle_daemon(seconds: float) -> dict[str, float]:
         finally:
             daemon.terminate()
             daemon.wait()
-    return {"cpu_percent_of_one_core": round(cpu, 3), "rss_mb": round(rss, 1)}
+    return {
+        "board": "simulator running" if live else "tree standing still",
+        "cpu_percent_of_one_core": round(cpu, 3),
+        "rss_mb": round(rss, 1),
+    }
 
 
 # -- control quality ---------------------------------------------------------------------------------
@@ -344,7 +359,9 @@ def main() -> None:
             timing_run("2 onnxruntime threads in-process", lambda: inference_load(2), args.seconds),
             timing_run("2 external CPU hogs", lambda: cpu_hog(2), args.seconds),
         ]
-        report["idle_daemon"] = idle_daemon(args.seconds)
+        report["idle_daemon"] = [
+            idle_daemon(args.seconds, live) for live in (True, False) for _ in range(3)
+        ]
     if args.only in (None, "quality"):
         report["quality"] = quality(args.sim_minutes)
     print(json.dumps(report, indent=1))

@@ -56,6 +56,7 @@ class DaemonSection(Section):
     socket: StrictStr = "/run/mcpd/mcpd.sock"
     socket_group: StrictStr = ""
     state_dir: StrictStr = "/var/lib/mcpd"
+    max_request_bytes: Annotated[StrictInt, Field(ge=1024, le=2**34)] = 64 * 2**20
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -82,6 +83,23 @@ class DomainSection(Section):
         return self
 
 
+ProfileName = Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+
+
+class GovernorProfile(Section):
+    """A named set of overrides of the [governor] thresholds, switchable at run time."""
+
+    temp_high_c: Celsius | None = None
+    temp_low_c: Celsius | None = None
+    power_high_w: Watts | None = None
+    power_low_w: Watts | None = None
+    down_factor: Annotated[StrictFloat, Field(gt=0, lt=1)] | None = None
+    up_factor: Annotated[StrictFloat, Field(gt=1, le=4)] | None = None
+    min_mhz: Mhz | None = None
+    max_mhz: Mhz | None = None
+    raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] | None = None
+
+
 class GovernorSection(Section):
     temp_high_c: Celsius = 85.0
     temp_low_c: Celsius = 75.0
@@ -93,16 +111,42 @@ class GovernorSection(Section):
     max_mhz: Mhz = 3200.0
     raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] = 0
     domains: dict[Name, DomainSection] = {}
+    profile: ProfileName = "default"
+    profiles: dict[ProfileName, GovernorProfile] = {}
 
     @model_validator(mode="after")
     def _ordered(self) -> GovernorSection:
-        if self.temp_low_c >= self.temp_high_c:
-            raise ValueError("temp_low_c must be below temp_high_c")
-        if self.power_low_w >= self.power_high_w:
-            raise ValueError("power_low_w must be below power_high_w")
-        if self.min_mhz >= self.max_mhz:
-            raise ValueError("min_mhz must be below max_mhz")
+        problem = _misordered(self)
+        if problem:
+            raise ValueError(problem)
+        if self.profile != "default" and self.profile not in self.profiles:
+            raise ValueError(f"profile {self.profile!r} is not defined in [governor.profiles]")
+        if "default" in self.profiles:
+            raise ValueError(
+                "profiles.default: the name is taken by the [governor] values themselves"
+            )
+        for name in self.profiles:
+            problem = _misordered(self.tuned(name))
+            if problem:
+                raise ValueError(f"profiles.{name}: {problem}")
         return self
+
+    def tuned(self, profile: str) -> GovernorSection:
+        """These settings with a profile's overrides applied ("default": none)."""
+        if profile == "default":
+            return self
+        overrides = self.profiles[profile].model_dump(exclude_none=True)
+        return self.model_copy(update=overrides)
+
+
+def _misordered(g: GovernorSection) -> str | None:
+    if g.temp_low_c >= g.temp_high_c:
+        return "temp_low_c must be below temp_high_c"
+    if g.power_low_w >= g.power_high_w:
+        return "power_low_w must be below power_high_w"
+    if g.min_mhz >= g.max_mhz:
+        return "min_mhz must be below max_mhz"
+    return None
 
 
 class OnnxRuntimeOptions(Section):
@@ -115,8 +159,18 @@ class OnnxRuntimeOptions(Section):
     device_id: Annotated[StrictInt, Field(ge=0, le=64)] = 0
 
 
+class RknnInput(Section):
+    name: Name
+    datatype: Literal["UINT8", "INT8", "INT16", "FP16", "FP32"]
+    shape: tuple[Annotated[StrictInt, Field(ge=1, le=2**31)], ...] = Field(min_length=1)
+
+
 class RknnOptions(Section):
     core_mask: Literal["auto", "0", "1", "2", "0_1", "0_1_2", "all"] = "auto"
+    # RKNNLite has no call that describes a model's inputs (only load, init, inference, release),
+    # so they are declared here; the outputs are learned from a warm-up inference.
+    inputs: tuple[RknnInput, ...] = ()
+    data_format: Literal["nhwc", "nchw"] = "nhwc"
 
 
 class ModelSection(Section):
@@ -146,23 +200,39 @@ class TlsSection(Section):
     key_file: StrictStr = ""
 
 
+# One or more topic levels: no wildcards, no NUL, no empty level, no leading or trailing "/".
+TopicPrefix = Annotated[StrictStr, Field(pattern=r"^[^#+/\x00]+(/[^#+/\x00]+)*$", max_length=128)]
+
+
 class MqttSection(Section):
     enabled: StrictBool = False
     host: StrictStr = "localhost"
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 1883
     protocol: Literal["5", "3.1.1"] = "5"
-    device_id: StrictStr = ""
-    topic_prefix: Annotated[StrictStr, Field(pattern=r"^[^#+]+$")] = "mcpd"
+    # One topic level that Home Assistant also accepts in its object ids.
+    device_id: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]*$", max_length=64)] = ""
+    topic_prefix: TopicPrefix = "mcpd"
     telemetry_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 1000
     qos: Literal[0, 1, 2] = 1
     spool_messages: Annotated[StrictInt, Field(ge=10, le=10_000_000)] = 10_000
+    message_expiry_s: Annotated[StrictInt, Field(ge=0, le=2**32 - 1)] = 3600
     keepalive_s: Annotated[StrictInt, Field(ge=5, le=3600)] = 30
+    reconnect_max_s: Annotated[StrictInt, Field(ge=1, le=3600)] = 60
     username: StrictStr = ""
     password_file: StrictStr = ""
     tls: TlsSection = TlsSection()
     homeassistant_discovery: StrictBool = False
-    homeassistant_prefix: StrictStr = "homeassistant"
+    homeassistant_prefix: TopicPrefix = "homeassistant"
     commands_enabled: StrictBool = False
+
+    @model_validator(mode="after")
+    def _credentials(self) -> MqttSection:
+        # MQTT 3.1.1 has no password without a user name (MQTT-3.1.2-22).
+        if self.password_file and not self.username:
+            raise ValueError("password_file needs a username")
+        if self.tls.key_file and not self.tls.cert_file:
+            raise ValueError("tls.key_file needs a tls.cert_file")
+        return self
 
 
 class Config(Section):
@@ -220,12 +290,22 @@ def _describe(error: Any) -> str:
         return f"{_key_path(loc)}: unknown key{known}"
     if kind == "missing":
         return f"{_key_path(loc)}: required key is missing"
-    message = (
-        str(error["msg"]).replace("Value error, ", "").replace("Input should be ", "expected ")
-    )
+    message = str(error["msg"])
+    for pydantic_words, ours in _WORDING:
+        message = message.replace(pydantic_words, ours)
     if kind == "value_error":
         return f"{_key_path(loc)}: {message}"
+    if loc and loc[-1] == "[key]":  # a table name, e.g. [governor.profiles.NAME]
+        return f"{_key_path(loc[:-1])}: table name {message}"
     return f"{_key_path(loc)}: {message}, got {error.get('input')!r}"
+
+
+_WORDING = (
+    ("Value error, ", ""),
+    ("Input should be ", "expected "),
+    ("String should match pattern", "expected a string matching"),
+    ("String should have at most", "expected at most"),
+)
 
 
 def parse(data: dict[str, Any], source: str = "<config>") -> Config:

@@ -24,13 +24,15 @@ from mcpd.baseline import Baseline
 from mcpd.events import Event, EventBus
 from mcpd.loop import ControlLoop, LoopSettings
 from mcpd.notify import Notifier
+from mcpd.serving.service import InferenceService
 from mcpd.state import ModelStats, Snapshot
+from mcpd.telemetry import TelemetryService
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd")
 
 READY_TIMEOUT_S = 30.0
-RESTART_ONLY = ("sysfs_root", "state_dir", "socket", "socket_group")
+RESTART_ONLY = ("sysfs_root", "state_dir", "socket", "socket_group", "max_request_bytes")
 """[daemon] keys that a reload cannot change (paths already open, sockets already bound)."""
 
 
@@ -54,6 +56,9 @@ class Daemon:
     ) -> None:
         self.load_config = load_config
         self.config = load_config()
+        self.profile = self.config.governor.profile
+        # Reloads (main thread) and profile commands (telemetry thread) both set loop settings.
+        self._settings_lock = threading.Lock()
         self.notifier = notifier or Notifier()
         self.live = live
         self.events = EventBus()
@@ -65,7 +70,7 @@ class Daemon:
         self.loop = ControlLoop(
             self.root,
             self.board,
-            LoopSettings.from_config(self.config),
+            LoopSettings.from_config(self.config, self.profile),
             events=self.events,
             baseline=self.baseline,
             notifier=self.notifier,
@@ -81,6 +86,10 @@ class Daemon:
         services: list[Service] = []
         # Services plug in here. Each gets the config and whichever of status (the JSON status
         # document), batch sizes (self.loop.batch_size) and the event bus it needs.
+        services.append(
+            InferenceService(self.config, self.status, self.loop.batch_size, self.events)
+        )
+        services.append(TelemetryService(self.config, self.status, self.events, self.command))
         return services
 
     # -- what services see -----------------------------------------------------------------------
@@ -99,17 +108,35 @@ class Daemon:
         )
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Allow-listed runtime commands (pause/resume the governor); anything else is refused."""
-        if name == "pause":
-            self.loop.paused = True
-        elif name == "resume":
-            self.loop.paused = False
+        """Allow-listed runtime commands (called on the telemetry thread): pause or resume the
+        governor, or switch it to one of the config's [governor.profiles]. Anything else is refused.
+        """
+        result: dict[str, Any]
+        if name in ("pause", "resume"):
+            self.loop.paused = name == "pause"
+            result = {"paused": self.loop.paused}
+            message = f"governor {name}d by command"
+        elif name == "profile":
+            with self._settings_lock:
+                known = ["default", *self.config.governor.profiles]
+                profile = args.get("name")
+                if profile not in known:
+                    return {
+                        "ok": False,
+                        "error": f"unknown profile {profile!r}; defined: {', '.join(known)}",
+                    }
+                self.profile = str(profile)
+                self.loop.request_reload(LoopSettings.from_config(self.config, self.profile))
+            result = {"profile": self.profile}
+            message = f"governor profile {self.profile!r} set by command"
         else:
-            return {"ok": False, "error": f"unknown command {name!r}; allowed: pause, resume"}
-        message = f"governor {name}d by command"
+            return {
+                "ok": False,
+                "error": f"unknown command {name!r}; allowed: pause, resume, profile",
+            }
         log.info(message)
-        self.events.publish(Event("daemon", message, {"command": name}))
-        return {"ok": True, "paused": self.loop.paused}
+        self.events.publish(Event("daemon", message, {"command": name, **result}))
+        return {"ok": True, **result}
 
     def _on_status(self, snapshot: Snapshot) -> None:
         if self.live is not None:
@@ -200,13 +227,19 @@ class Daemon:
             )
             fixed = {key: getattr(self.config.daemon, key) for key in RESTART_ONLY}
             new = new.model_copy(update={"daemon": new.daemon.model_copy(update=fixed)})
-        self.loop.request_reload(LoopSettings.from_config(new))
+        with self._settings_lock:
+            if self.profile not in ("default", *new.governor.profiles):
+                log.warning(
+                    "reload: profile %r is gone; using %r", self.profile, new.governor.profile
+                )
+                self.profile = new.governor.profile
+            self.loop.request_reload(LoopSettings.from_config(new, self.profile))
+            self.config = new
         for service in self.services:
             try:
                 await service.reload(new)
             except Exception:
                 log.exception("reload of %s failed; it keeps its previous settings", service.name)
-        self.config = new
         log.info("configuration reloaded")
         self.events.publish(Event("daemon", "configuration reloaded"))
         self.notifier.ready(status.line(self.loop.snapshot))

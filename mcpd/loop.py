@@ -51,10 +51,13 @@ class LoopSettings:
     governing_powers: tuple[str, ...] = ()
     rescan_s: float = 10.0
     """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
+    profile: str = "default"
 
     @classmethod
-    def from_config(cls, config: Config) -> LoopSettings:
-        g = config.governor
+    def from_config(cls, config: Config, profile: str | None = None) -> LoopSettings:
+        """Settings from a config, with one of its governor profiles (default: the configured one)."""
+        profile = profile or config.governor.profile
+        g = config.governor.tuned(profile)
         return cls(
             temperature_s=config.sampling.temperature_ms / 1000,
             power_s=config.sampling.power_ms / 1000,
@@ -74,6 +77,7 @@ class LoopSettings:
             models={model.name: model.max_batch for model in config.models},
             governing_temperatures=config.sensors.governing_temperatures,
             governing_powers=config.sensors.governing_powers,
+            profile=profile,
         )
 
 
@@ -406,6 +410,7 @@ class ControlLoop:
                 for name, c in self.actuators.controls.items()
             ),
             state=self._state,
+            profile=self.settings.profile,
             last_action=self._last_action,
             batch=dict(self._batch),
         )

@@ -48,6 +48,8 @@ class Snapshot:
     domains: tuple[DomainStatus, ...]
     state: str
     """starting, lowering, raising, holding, fail-safe or paused."""
+    profile: str
+    """The governor profile in force ("default": the [governor] values)."""
     last_action: LastAction | None
     batch: Mapping[str, int]
     """Current batch size per model, set by the governor."""

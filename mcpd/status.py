@@ -71,6 +71,7 @@ def document(
         },
         "governor": {
             "state": snapshot.state,
+            "profile": snapshot.profile,
             "last_action": None
             if last is None
             else {"action": last.action, "reason": last.reason, "ts": round(last.ts, 3)},

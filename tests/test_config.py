@@ -178,3 +178,26 @@ def test_check_config_command(tmp_path: Path) -> None:
     )
     assert bad.returncode == 1
     assert bad.stderr.strip() == f"{bad_file}: governor.up_factor: expected greater than 1, got 0.5"
+
+
+def test_governor_profiles(tmp_path: Path) -> None:
+    cfg = config.load(
+        write(
+            tmp_path,
+            "[governor]\nprofile = 'quiet'\n[governor.profiles.quiet]\ntemp_high_c = 70.0\ntemp_low_c = 60.0\n",
+        )
+    )
+    quiet = cfg.governor.tuned("quiet")
+    assert (quiet.temp_high_c, quiet.temp_low_c, quiet.power_high_w) == (70.0, 60.0, 12.0)
+    assert cfg.governor.tuned("default") == cfg.governor
+    (problem,) = problems(tmp_path, "[governor]\nprofile = 'fast'\n")
+    assert problem == "governor: profile 'fast' is not defined in [governor.profiles]"
+    (problem,) = problems(tmp_path, "[governor.profiles.hot]\ntemp_low_c = 90.0\n")
+    assert problem == "governor: profiles.hot: temp_low_c must be below temp_high_c"
+    (problem,) = problems(tmp_path, "[governor.profiles.default]\ntemp_high_c = 90.0\n")
+    assert problem.startswith("governor: profiles.default: the name is taken")
+    (problem,) = problems(tmp_path, "[governor.profiles.Loud]\n")
+    assert (
+        problem
+        == "governor.profiles.Loud: table name expected a string matching '^[a-z0-9][a-z0-9_-]{0,31}$'"
+    )

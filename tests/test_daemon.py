@@ -179,3 +179,46 @@ def test_invalid_config_at_start_exits_with_the_problem(tmp_path: Path) -> None:
         f"{config}: sampling.temperature_ms: expected greater than or equal to 10, got 0"
         in result.stderr
     )
+
+
+def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
+    from mcpd import config
+    from mcpd.daemon import Daemon
+    from mcpd.events import Event
+    from mcpd.sim import PROFILES, Simulator
+
+    sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
+    sim.build()
+    cfg = config.parse(
+        {
+            "daemon": {
+                "sysfs_root": str(sim.root),
+                "state_dir": str(tmp_path / "state"),
+                "socket": str(tmp_path / "mcpd.sock"),
+            },
+            "governor": {"profiles": {"quiet": {"temp_high_c": 60.0, "temp_low_c": 50.0}}},
+        }
+    )
+    daemon = Daemon(lambda: cfg)
+    events: list[Event] = []
+    daemon.events.subscribe(events.append)
+    assert daemon.command("pause", {}) == {"ok": True, "paused": True}
+    assert daemon.loop.paused
+    assert daemon.command("resume", {}) == {"ok": True, "paused": False}
+    assert daemon.command("profile", {"name": "quiet"}) == {"ok": True, "profile": "quiet"}
+    daemon.loop.tick(time.monotonic() + 1.0)
+    assert daemon.loop.settings.governor.temp_high_c == 60.0
+    assert daemon.status()["governor"]["profile"] == "quiet"
+    assert daemon.command("profile", {"name": "loud"}) == {
+        "ok": False,
+        "error": "unknown profile 'loud'; defined: default, quiet",
+    }
+    assert (
+        daemon.command("reboot", {})["error"]
+        == "unknown command 'reboot'; allowed: pause, resume, profile"
+    )
+    assert [e.message for e in events] == [
+        "governor paused by command",
+        "governor resumed by command",
+        "governor profile 'quiet' set by command",
+    ]

@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 
 from mcpd import __version__
+from mcpd.ctl import fleet, infer, models, status, top
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcpctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mcpctl {__version__}")
-    parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fleet.register(commands)
+    status.register(commands)
+    models.register(commands)
+    infer.register(commands)
+    top.register(commands)
     return parser
 
 

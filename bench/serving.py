@@ -1,0 +1,368 @@
+"""Serving benchmark: mcpd over its Unix socket versus onnxruntime in-process (best batch) and versus
+a conventional peer (FastAPI + uvicorn over TCP, JSON tensors), for a ResNet-50-shaped model and a
+~1 ms model, both built here with onnx.helper (random weights); then the control loop's timing in
+the real daemon, idle and with the server at full load.
+
+    .venv/bin/python bench/serving.py [--slices 6] [--seconds 0.75]
+
+The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
+response reader), so that the client's own cost does not hide the server's, as Triton's
+perf_analyzer does; `mcpd.client` (http.client) at concurrency 1 is reported beside it. The machine
+is shared and noisy: every served slice is paired with an in-process slice taken just before it,
+and ratios are the medians of the per-pair ratios. Models are served with the default config
+(max_queue_delay_ms 2.0), the batch size fixed at the best in-process batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mcpd.client import Client
+from mcpd.demo.build import classifier, resnet50
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONCURRENCY = (1, 8, 32)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: Path
+    shape: tuple[int, ...]
+    batches: tuple[int, ...]
+    seconds_factor: float
+
+
+@dataclass(frozen=True)
+class Load:
+    throughput: float
+    p50_ms: float
+    p99_ms: float
+
+
+# -- in-process ------------------------------------------------------------------------------------
+
+
+def timed(run: Callable[[], object], seconds: float) -> list[float]:
+    run()
+    times = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def in_process(model: Model, seconds: float, batches: tuple[int, ...]) -> dict[int, Load]:
+    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
+    result = {}
+    for batch in batches:
+        x = np.random.default_rng(0).random((batch, *model.shape), np.float32)
+        times = timed(lambda x=x: session.run(None, {"image": x}), seconds)
+        result[batch] = Load(batch * len(times) / sum(times), *percentiles(times))
+    return result
+
+
+def percentiles(times: list[float]) -> tuple[float, float]:
+    p50, p99 = np.percentile(np.array(times) * 1000, [50, 99])
+    return float(p50), float(p99)
+
+
+# -- load generator ------------------------------------------------------------------------------
+
+
+class LoadGenerator:
+    """C kept-alive connections, each sending its next request as soon as the last is answered
+    (a closed loop); measured in slices so that slices of other work can be interleaved."""
+
+    def __init__(self, connect: Callable[[], Any], request: bytes, concurrency: int) -> None:
+        self.request = request
+        self.loop = asyncio.new_event_loop()
+
+        async def open_all() -> list[Any]:
+            return list(await asyncio.gather(*(connect() for _ in range(concurrency))))
+
+        self.streams = self.loop.run_until_complete(open_all())
+
+    async def _connection(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        end: float,
+        out: list[float],
+    ) -> None:
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            writer.write(self.request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"\r\ncontent-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            if head[9:12] != b"200":
+                raise RuntimeError(f"status {head[9:12]!r}")
+            out.append(time.perf_counter() - start)
+
+    def measure(self, seconds: float) -> list[float]:
+        """Latencies of the requests answered in the next `seconds`."""
+        latencies: list[float] = []
+        end = time.perf_counter() + seconds
+
+        async def run_all() -> None:
+            await asyncio.gather(*(self._connection(r, w, end, latencies) for r, w in self.streams))
+
+        self.loop.run_until_complete(run_all())
+        return latencies
+
+    def close(self) -> None:
+        for _, writer in self.streams:
+            writer.close()
+        self.loop.close()
+
+
+def http_request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: localhost", f"Content-Length: {len(body)}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def mcpd_request(x: np.ndarray) -> bytes:
+    header = json.dumps({
+        "inputs": [{"name": "image", "datatype": "FP32", "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes}}],
+        "parameters": {"binary_data_output": True},
+    }).encode()  # fmt: skip
+    return http_request(
+        "/v2/models/m/infer",
+        header + x.tobytes(),
+        {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"},
+    )  # fmt: skip
+
+
+def peer_request(x: np.ndarray) -> bytes:
+    return http_request(
+        "/infer", json.dumps({"inputs": x.tolist()}).encode(), {"Content-Type": "application/json"}
+    )
+
+
+# -- servers -------------------------------------------------------------------------------------
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.1)
+
+
+@contextmanager
+def process(
+    command: list[str], env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env={**os.environ, **(env or {})}, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _ready(sock: str) -> bool:
+    try:
+        with Client(sock, timeout=2) as client:
+            return client.model_ready("m")
+    except OSError:
+        return False
+
+
+@contextmanager
+def mcpd_server(model: Model, max_batch: int, folder: Path) -> Iterator[str]:
+    sock = str(folder / f"{model.name}.sock")
+    command = [sys.executable, "bench/serving_server.py", str(model.path), str(max_batch), sock]
+    with process(command):
+        wait_for(lambda: _ready(sock), "mcpd")
+        yield sock
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def peer_server(model: Model) -> Iterator[int]:
+    port = _port()
+    command = [sys.executable, "-m", "uvicorn", "--app-dir", "bench", "serving_peer:app",
+               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "600"]  # fmt: skip
+
+    def up() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return True
+        except OSError:
+            return False
+
+    with process(command, {"PEER_MODEL": str(model.path)}):
+        wait_for(up, "the peer")
+        yield port
+
+
+def client_c1(sock: str, x: np.ndarray, seconds: float) -> Load:
+    with Client(sock) as client:
+        times = timed(lambda: client.infer("m", {"image": x}), seconds)
+    return Load(len(times) / sum(times), *percentiles(times))
+
+
+# -- the control loop while serving --------------------------------------------------------------
+
+
+def loop_timing(model: Model, folder: Path, seconds: float, loaded: bool) -> dict[str, object]:
+    """The real daemon on a simulated board: its control loop's own timing (the figures
+    bench/control_loop.py reports), idle or with 32 clients saturating the server."""
+    run = folder / ("loaded" if loaded else "idle")
+    run.mkdir()
+    sock = run / "mcpd.sock"
+    (run / "mcpd.toml").write_text(
+        f'[daemon]\nsocket = "{sock}"\nstate_dir = "{run / "state"}"\n'
+        f'[[models]]\nname = "m"\npath = "{model.path}"\nmax_batch = {max(model.batches)}\n'
+    )
+    command = [sys.executable, "-m", "mcpd", "run", "--config", str(run / "mcpd.toml"),
+               "--simulate", "jetson-orin-nano", "--sim-root", str(run / "board")]  # fmt: skip
+    with process(command):
+        wait_for(lambda: _ready(str(sock)), "the daemon")
+        x = np.random.default_rng(0).random((1, *model.shape), np.float32)
+        if loaded:
+            generator = LoadGenerator(
+                lambda: asyncio.open_unix_connection(str(sock)), mcpd_request(x), 32
+            )
+            answered = len(generator.measure(seconds))
+            generator.close()
+        else:
+            time.sleep(seconds)
+        with Client(str(sock)) as client:
+            doc = client.status()
+    result: dict[str, object] = {"loop": doc["loop"], "cpu_percent": doc["daemon"]["cpu_percent"]}
+    if loaded:
+        result["requests_per_s"] = round(answered / seconds, 1)
+    return result
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict[str, object]:
+    """Each served measurement is a series of slices, each paired with an in-process slice taken
+    right before it; ratios are per pair (medians), so background load drifting on a shared
+    machine affects both sides of each ratio alike."""
+    seconds *= model.seconds_factor
+    x = np.random.default_rng(1).random((1, *model.shape), np.float32)
+    sweep = in_process(model, seconds, model.batches)
+    best = max(sweep, key=lambda b: sweep[b].throughput)
+    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
+    batch = np.repeat(x, best, axis=0)
+    result: dict[str, object] = {
+        "in_process_sweep": {b: round(load.throughput, 1) for b, load in sweep.items()},
+        "best_batch": best,
+    }
+    # Served with the batch size that is best in-process: the comparison is like for like.
+    with mcpd_server(model, best, folder) as sock, peer_server(model) as port:
+        targets = {
+            "mcpd": (lambda: asyncio.open_unix_connection(sock), mcpd_request(x)),
+            "peer": (lambda: asyncio.open_connection("127.0.0.1", port), peer_request(x)),
+        }
+        for c in CONCURRENCY:
+            cell: dict[str, object] = {}
+            for name, (connect, request) in targets.items():
+                generator = LoadGenerator(connect, request, c)
+                generator.measure(min(1.0, seconds))  # warm up
+                ratios, overheads, latencies, reference = [], [], [], []
+                for _ in range(slices):
+                    ref = timed(lambda: session.run(None, {"image": batch}), seconds)
+                    ref_b1 = (
+                        timed(lambda: session.run(None, {"image": x}), seconds) if c == 1 else []
+                    )
+                    served = generator.measure(seconds)
+                    ratios.append(len(served) / seconds / (best * len(ref) / sum(ref)))
+                    if ref_b1:
+                        overheads.append(
+                            (statistics.median(served) - statistics.median(ref_b1)) * 1e6
+                        )
+                    latencies += served
+                    reference.append(best * len(ref) / sum(ref))
+                generator.close()
+                p50, p99 = percentiles(latencies)
+                cell[name] = {
+                    "throughput": round(len(latencies) / (slices * seconds), 1),
+                    "p50_ms": round(p50, 3),
+                    "p99_ms": round(p99, 3),
+                    "over_in_process": round(statistics.median(ratios), 3),
+                }
+                if overheads:
+                    cell[name]["overhead_p50_us"] = round(statistics.median(overheads), 1)  # type: ignore[index]
+            cell["in_process_best"] = round(statistics.median(reference), 1)
+            result[f"c{c}"] = cell
+            print(f"{model.name}: concurrency {c} done", file=sys.stderr)
+        result["mcpd_client_c1"] = client_c1(sock, x, seconds * slices / 2)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slices", type=int, default=6, help="paired slices per measurement")
+    parser.add_argument("--seconds", type=float, default=0.75, help="per slice (small model)")
+    parser.add_argument("--loop-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
+        folder = Path(tmp)
+        onnx.save(resnet50(), folder / "resnet50.onnx")
+        onnx.save(classifier(size=160, width=32), folder / "small.onnx")
+        models = [
+            Model("resnet50", folder / "resnet50.onnx", (3, 224, 224), (1, 2, 4, 8), 2.0),
+            Model("small", folder / "small.onnx", (3, 160, 160), (1, 2, 4, 8, 16, 32), 1.0),
+        ]
+        report: dict[str, object] = {
+            "date": time.strftime("%Y-%m-%d"),
+            "cpus": os.cpu_count(),
+            "onnxruntime": ort.__version__,
+        }
+        for model in models:
+            report[model.name] = bench_model(model, folder, args.slices, args.seconds)
+        small = models[1]
+        report["control_loop"] = {
+            "idle": loop_timing(small, folder, args.loop_seconds, loaded=False),
+            "serving_at_full_load": loop_timing(small, folder, args.loop_seconds, loaded=True),
+        }
+    print(json.dumps(report, indent=2, default=lambda o: o.__dict__))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""A small client for mcpd's socket: the Open Inference Protocol over HTTP/1.1 on a Unix socket,
+with tensors sent and received in Triton's binary format. Standard library and numpy only.
+
+    from mcpd.client import Client
+    with Client() as mcpd:
+        scores = mcpd.infer("demo", {"image": image})["scores"]
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from email.message import Message
+from typing import Any
+
+import numpy as np
+
+from mcpd.serving.tensors import DTYPES, datatype_of
+
+DEFAULT_SOCKET = "/run/mcpd/mcpd.sock"
+
+
+def default_socket() -> str:
+    return os.environ.get("MCPD_SOCKET", DEFAULT_SOCKET)
+
+
+class ServerError(Exception):
+    """mcpd answered with an error: `status` is the HTTP status, `message` the protocol's error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Client:
+    """One keep-alive connection; not for use from several threads at once (make one each)."""
+
+    def __init__(self, socket_path: str | None = None, timeout: float = 60.0) -> None:
+        self.socket_path = socket_path or default_socket()
+        self._connection = _UnixConnection(self.socket_path, timeout)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self, method: str, path: str, body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> Reply:
+        """Send one request; retried once on a fresh connection if the kept-alive one was closed
+        by the server (every mcpd request is safe to repeat)."""
+        for attempt in (1, 2):
+            try:
+                self._connection.request(method, path, body, dict(headers or {}))
+                response = self._connection.getresponse()
+                return Reply(response.status, response.headers, response.read())
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self._connection.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _json(self, method: str, path: str, body: object = None) -> Any:
+        payload = b"" if body is None else json.dumps(body).encode()
+        return self.request(method, path, payload).json()
+
+    def _status(self, path: str) -> bool:
+        return self.request("GET", path).status == 200
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    def live(self) -> bool:
+        return self._status("/v2/health/live")
+
+    def ready(self) -> bool:
+        return self._status("/v2/health/ready")
+
+    def model_ready(self, model: str) -> bool:
+        return self._status(f"/v2/models/{model}/ready")
+
+    def server_metadata(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", "/v2")
+        return result
+
+    def model_metadata(self, model: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/v2/models/{model}")
+        return result
+
+    def models(self) -> list[dict[str, Any]]:
+        """Every configured model with its state (READY, LOADING, UNAVAILABLE) and why."""
+        result: list[dict[str, Any]] = self._json("POST", "/v2/repository/index", {})
+        return result
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", "/v2/mcpd/status")
+        return result
+
+    def metrics(self) -> str:
+        return self.request("GET", "/metrics").checked().decode()
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run `model` on `inputs` (batch dimension first); returns the outputs by name."""
+        arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
+        header: dict[str, Any] = {
+            "inputs": [
+                {
+                    "name": name,
+                    "datatype": datatype_of(array.dtype),
+                    "shape": list(array.shape),
+                    "parameters": {"binary_data_size": array.nbytes},
+                }
+                for name, array in arrays.items()
+            ],
+        }
+        if request_id is not None:
+            header["id"] = request_id
+        if outputs is None:
+            header["parameters"] = {"binary_data_output": True}
+        else:
+            header["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
+        head = json.dumps(header).encode()
+        body = b"".join([head, *(array.tobytes() for array in arrays.values())])
+        response = self.request(
+            "POST",
+            f"/v2/models/{model}/infer",
+            body,
+            {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": str(len(head)),
+            },
+        )
+        return response.outputs()
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: Message
+    body: bytes
+
+    def checked(self) -> bytes:
+        """The body of a 200 reply; otherwise the protocol's error as a ServerError."""
+        if self.status == 200:
+            return self.body
+        try:
+            message = str(json.loads(self.body)["error"])
+        except (ValueError, KeyError, TypeError):
+            message = self.body.decode(errors="replace") or http.client.responses.get(
+                self.status, "error"
+            )
+        raise ServerError(self.status, message)
+
+    def json(self) -> Any:
+        return json.loads(self.checked())
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """An inference response's tensors, JSON or binary."""
+        body = self.checked()
+        length = self.headers.get("Inference-Header-Content-Length")
+        split = int(length) if length is not None else len(body)
+        header = json.loads(body[:split])
+        offset = split
+        result = {}
+        for output in header["outputs"]:
+            dtype = DTYPES[output["datatype"]]
+            size = output.get("parameters", {}).get("binary_data_size")
+            if size is not None:
+                array = np.frombuffer(body, dtype, int(size) // dtype.itemsize, offset)
+                offset += int(size)
+            elif "data" in output:
+                array = np.array(output["data"], dtype)
+            else:
+                continue  # written to shared memory
+            result[output["name"]] = array.reshape(output["shape"])
+        return result

@@ -1,0 +1,60 @@
+"""`mcpctl status`: the board and the daemon at a glance (or the whole document with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mcpd.client import Client
+from mcpd.ctl.common import add_socket, connected, number
+
+
+def format_status(doc: Mapping[str, Any]) -> str:
+    power = "no meter" if doc.get("power_w") is None else number(doc["power_w"], " W", 2)
+    estimated = " (estimated)" if doc.get("power_estimated") else ""
+    governor = doc.get("governor") or {}
+    last = governor.get("last_action")
+    lines = [
+        f"platform     {doc.get('platform')}  {doc.get('model') or ''}".rstrip(),
+        f"temperature  {number(doc.get('temperature_c'), ' °C')}",
+        f"power        {power}{estimated}",
+        f"governor     {governor.get('state', '-')}"
+        + (f"  (last: {last['action']}, {last['reason']})" if last else ""),
+        "",
+        f"{'domain':<18} {'kind':<10} {'cap MHz':>9} {'cur MHz':>9} {'range MHz':>15}",
+    ]
+    for name, d in (doc.get("domains") or {}).items():
+        span = f"{number(d.get('min_mhz'), '', 0)}-{number(d.get('max_mhz'), '', 0)}"
+        lines.append(
+            f"{name:<18} {d.get('kind', ''):<10} {number(d.get('cap_mhz'), '', 0):>9} "
+            f"{number(d.get('cur_mhz'), '', 0):>9} {span:>15}"
+        )
+    inference = doc.get("inference") or {}
+    if inference:
+        batch = doc.get("batch") or {}
+        lines += ["", f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
+                  f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}"]  # fmt: skip
+        for name, m in inference.items():
+            lines.append(
+                f"{name:<18} {'yes' if m.get('ready') else 'no':<6} {batch.get(name, '-'):>5} "
+                f"{m.get('requests', 0):>9} {m.get('errors', 0):>7} "
+                f"{number(m.get('p50_ms'), '', 2):>8} {number(m.get('p99_ms'), '', 2):>8} "
+                f"{m.get('queue_depth', 0):>6}"
+            )
+    return "\n".join(lines)
+
+
+@connected
+def run(args: argparse.Namespace, client: Client) -> int:
+    doc = client.status()
+    print(json.dumps(doc, indent=2) if args.json else format_status(doc))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("status", help="temperature, power, caps, governor, models")
+    add_socket(parser)
+    parser.add_argument("--json", action="store_true", help="the whole status document")
+    parser.set_defaults(func=run)

@@ -1,0 +1,250 @@
+"""The HTTP/1.1 endpoints: Open Inference Protocol (KServe v2), Triton's binary tensor data and
+system shared memory extensions, and mcpd's own status and metrics (serving-protocol.md §1, §2).
+
+Every error is the protocol's {"error": "..."} with the status Triton would use; nothing a client
+sends can raise past the middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeGuard
+
+from aiohttp import web
+
+from mcpd import __version__
+from mcpd.serving import codec, metrics
+from mcpd.serving.errors import RequestError
+from mcpd.serving.repository import Repository
+from mcpd.serving.shm import SharedMemory
+from mcpd.serving.worker import ModelWorker, Outputs, Pending
+
+log = logging.getLogger("mcpd.serving")
+
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory"]
+JSON = "application/json"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error(message: str, status: int) -> web.Response:
+    return web.Response(status=status, text=json.dumps({"error": message}), content_type=JSON)
+
+
+def reply(document: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=json.dumps(document), content_type=JSON)
+
+
+@web.middleware
+async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return error(exc.message, exc.status)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error(f"request body too large: {exc.text}", 413)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error(f"{exc.reason}: {request.method} {request.path}", exc.status)
+    except Exception as exc:  # a bug in a handler must not take the daemon down
+        log.exception("%s %s failed", request.method, request.path)
+        return error(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+
+def _peer_uid(request: web.Request) -> int | None:
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        document = json.loads(await request.read())
+    except ValueError as exc:
+        raise RequestError(f"malformed JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise RequestError("the body must be a JSON object")
+    return document
+
+
+class Endpoints:
+    def __init__(
+        self,
+        repository: Repository,
+        shm: SharedMemory,
+        status: Callable[[], dict[str, Any]],
+        limit: int,
+    ) -> None:
+        self.repository = repository
+        self.shm = shm
+        self.status = status
+        self.limit = limit
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=self.limit, middlewares=[protocol_errors])
+        model = "/v2/models/{name}"
+        versioned = "/v2/models/{name}/versions/{version}"
+        shm = "/v2/systemsharedmemory"
+        app.router.add_routes(
+            [
+                # The inference routes first: the router tries routes in order.
+                *(web.post(f"{prefix}/infer", self.infer) for prefix in (model, versioned)),
+                web.get("/v2", self.server_metadata),
+                web.get("/v2/health/live", self.live),
+                web.get("/v2/health/ready", self.ready),
+                *(web.get(prefix, self.model_metadata) for prefix in (model, versioned)),
+                *(web.get(f"{prefix}/ready", self.model_ready) for prefix in (model, versioned)),
+                web.post("/v2/repository/index", self.index),
+                web.get(f"{shm}/status", self.shm_status),
+                web.get(f"{shm}/region/{{region}}/status", self.shm_status),
+                web.post(f"{shm}/region/{{region}}/register", self.shm_register),
+                web.post(f"{shm}/unregister", self.shm_unregister),
+                web.post(f"{shm}/region/{{region}}/unregister", self.shm_unregister),
+                web.get("/v2/mcpd/status", self.mcpd_status),
+                web.get("/metrics", self.metrics),
+            ]
+        )
+        return app
+
+    # -- health and metadata ---------------------------------------------------------------------
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        return reply({"name": "mcpd", "version": __version__, "extensions": EXTENSIONS})
+
+    async def live(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.repository.all_ready else 400)
+
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        name, version = request.match_info["name"], request.match_info.get("version")
+        _, worker = self.repository.serving(name, version)
+        backend = worker.backend
+        return reply(
+            {
+                "name": name,
+                "versions": [codec.VERSION],
+                "platform": backend.platform,
+                "inputs": [spec.metadata() for spec in backend.inputs],
+                "outputs": [spec.metadata() for spec in backend.outputs],
+            }
+        )
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        entry = self.repository.get(request.match_info["name"], request.match_info.get("version"))
+        return web.Response(status=200 if entry.worker is not None else 400)
+
+    async def index(self, request: web.Request) -> web.Response:
+        states = {"ready": "READY", "loading": "LOADING", "failed": "UNAVAILABLE"}
+        return reply(
+            [
+                {
+                    "name": name,
+                    "version": codec.VERSION,
+                    "state": states[entry.state],
+                    "reason": entry.error or "",
+                }
+                for name, entry in sorted(self.repository.entries.items())
+            ]
+        )
+
+    # -- inference -------------------------------------------------------------------------------
+
+    async def infer(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry, worker = self.repository.serving(name, request.match_info.get("version"))
+        interface = entry.interface
+        assert interface is not None  # set together with the worker
+        started = time.monotonic()
+        try:
+            if request.content_length is not None and request.content_length > self.limit:
+                raise RequestError(f"request body over the limit of {self.limit} bytes", 413)
+            body = await request.read()
+            header_length = request.headers.get("Inference-Header-Content-Length")
+            if header_length is not None and not header_length.isdigit():
+                raise RequestError(f"Inference-Header-Content-Length {header_length!r}")
+            decoded = codec.decode(
+                body, None if header_length is None else int(header_length), interface, self.shm
+            )
+            outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
+            payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, self.shm)
+        except (RequestError, web.HTTPRequestEntityTooLarge):
+            entry.requests += 1
+            entry.errors += 1
+            raise
+        entry.requests += 1
+        entry.latencies.add((time.monotonic() - started) * 1000)
+        if json_length is None:
+            return web.Response(body=payload, content_type=JSON)
+        return web.Response(
+            body=payload,
+            content_type="application/octet-stream",
+            headers={"Inference-Header-Content-Length": str(json_length)},
+        )
+
+    async def _run(
+        self, worker: ModelWorker, decoded: codec.InferRequest, timeout_ms: int, started: float
+    ) -> Outputs:
+        timeouts = [t for t in (timeout_ms * 1000, decoded.timeout_us) if t]
+        timeout = min(timeouts) / 1e6 if timeouts else None
+        future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
+        pending = Pending(
+            decoded.inputs, future, started, None if timeout is None else started + timeout
+        )
+        worker.submit(pending)
+        try:
+            if timeout is None:
+                return await future
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            worker.cancel(pending)
+            raise RequestError(
+                f"request timed out after {min(timeouts) / 1000:.0f} ms", 503
+            ) from None
+        except asyncio.CancelledError:  # the client disconnected
+            worker.cancel(pending)
+            raise
+
+    # -- shared memory ---------------------------------------------------------------------------
+
+    async def shm_status(self, request: web.Request) -> web.Response:
+        return reply(self.shm.status(request.match_info.get("region")))
+
+    async def shm_register(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
+        if not isinstance(key, str):
+            raise RequestError("register needs key (a string)")
+        if not (_is_int(offset) and _is_int(size)):
+            raise RequestError("register needs offset and byte_size as integers")
+        uid = _peer_uid(request)
+        if uid is None:
+            raise RequestError("shared memory registration needs a Unix socket peer")
+        self.shm.register(request.match_info["region"], key, offset, size, uid)
+        return web.Response(status=200)
+
+    async def shm_unregister(self, request: web.Request) -> web.Response:
+        self.shm.unregister(request.match_info.get("region"))
+        return web.Response(status=200)
+
+    # -- mcpd ------------------------------------------------------------------------------------
+
+    async def mcpd_status(self, request: web.Request) -> web.Response:
+        return reply(self.status())
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = metrics.render(self.status(), self.repository.stats())
+        return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})

@@ -1,0 +1,74 @@
+"""Inference backends behind one small interface, chosen from a name table by trying the import.
+
+A backend module is imported only when a model needs it, so a board without rknn-toolkit-lite2 (or
+an x86 box without RKNN at all) still starts and serves its other models.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from mcpd.config import ModelSection
+from mcpd.serving.errors import LoadError
+from mcpd.serving.tensors import TensorSpec
+
+MODULES = {"onnxruntime": "mcpd.serving.backends.onnxrt", "rknn": "mcpd.serving.backends.rknn"}
+EXTENSIONS = {".onnx": "onnxruntime", ".ort": "onnxruntime", ".rknn": "rknn"}
+
+
+class Backend(Protocol):
+    kind: str
+    platform: str
+    """The protocol's "<project>_<format>" platform string (information only)."""
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    fixed_batch: int | None
+    """The batch size the model only accepts, or None where the batch dimension is free."""
+    detail: Mapping[str, object]
+    """What was chosen at load (provider, cores), for status and logs."""
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One batch: arrays in `inputs` order in, arrays in `outputs` order out. Thread-safe."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def kind_of(model: ModelSection) -> str:
+    if model.backend != "auto":
+        return model.backend
+    suffix = Path(model.path).suffix.lower()
+    if suffix not in EXTENSIONS:
+        known = ", ".join(EXTENSIONS)
+        raise LoadError(f"cannot tell the backend from extension {suffix!r} ({known}); set backend")
+    return EXTENSIONS[suffix]
+
+
+def load(model: ModelSection) -> Backend:
+    """Blocking (seconds for a big model): call it from a worker thread, never the event loop."""
+    kind = kind_of(model)
+    if not Path(model.path).is_file():
+        raise LoadError(f"model file {model.path} does not exist")
+    module = importlib.import_module(MODULES[kind])
+    backend: Backend = module.open_model(model)
+    return backend
+
+
+def fixed_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> int | None:
+    """The model's batch dimension (the first of every tensor): free (-1) or one fixed size."""
+    for spec in (*inputs, *outputs):
+        if not spec.shape:
+            raise LoadError(
+                f"tensor {spec.name!r} is a scalar; served models need a batch dimension"
+            )
+    sizes = {spec.shape[0] for spec in inputs}
+    if sizes == {-1}:
+        return None
+    if len(sizes) == 1 and -1 not in sizes:
+        return sizes.pop()
+    raise LoadError(f"inputs disagree on the batch dimension: {sorted(sizes)}")

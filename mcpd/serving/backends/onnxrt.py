@@ -1,0 +1,195 @@
+"""onnxruntime backend: provider order TensorRT -> CUDA -> CPU where available, threads, graph
+optimization level and an optimized-model cache (serving-protocol.md §5).
+
+Session.run releases the GIL and is thread-safe (onnxruntime PR #19301), so batches run on the
+model's worker thread while the event loop and the control loop carry on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from mcpd.config import ModelSection, OnnxRuntimeOptions
+from mcpd.serving.backends import fixed_batch
+from mcpd.serving.errors import LoadError
+from mcpd.serving.tensors import TensorSpec
+
+log = logging.getLogger("mcpd.serving")
+
+PROVIDERS = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+ORT_TYPES = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+}
+
+Provider = tuple[str, dict[str, Any]]
+
+
+def plan_providers(
+    options: OnnxRuntimeOptions, available: Sequence[str], trt_profile: Mapping[str, str]
+) -> tuple[list[Provider], str | None]:
+    """The providers to ask for, with their options, and a warning if some are missing.
+
+    CPU always closes the list: a board whose onnxruntime lacks the GPU providers still serves.
+    """
+    chosen: list[Provider] = []
+    missing = []
+    for name in options.providers:
+        provider = PROVIDERS[name]
+        if provider not in available:
+            missing.append(provider)
+            continue
+        settings: dict[str, Any] = {}
+        if name == "tensorrt":
+            settings = {"device_id": options.device_id, "trt_fp16_enable": options.trt_fp16}
+            if options.trt_cache_dir:
+                settings["trt_engine_cache_enable"] = True
+                settings["trt_engine_cache_path"] = options.trt_cache_dir
+            settings.update(trt_profile)
+        elif name == "cuda":
+            settings = {"device_id": options.device_id}
+        chosen.append((provider, settings))
+    if not any(provider == PROVIDERS["cpu"] for provider, _ in chosen):
+        chosen.append((PROVIDERS["cpu"], {}))
+    warning = None
+    if missing:
+        warning = (
+            f"{', '.join(missing)} not available in this onnxruntime build (it has "
+            f"{', '.join(available)}); using {', '.join(provider for provider, _ in chosen)}"
+        )
+    return chosen, warning
+
+
+def trt_profile(inputs: Sequence[TensorSpec], max_batch: int) -> dict[str, str]:
+    """Pin TensorRT's optimization profile to batch 1..max_batch so that no batch size the governor
+    picks makes it rebuild the engine at run time (§5.3). Only possible with static other dims."""
+    if any(-1 in spec.shape[1:] for spec in inputs):
+        return {}
+
+    def shapes(batch: int) -> str:
+        return ",".join(
+            f"{spec.name}:{'x'.join(str(d) for d in (batch, *spec.shape[1:]))}" for spec in inputs
+        )
+
+    return {
+        "trt_profile_min_shapes": shapes(1),
+        "trt_profile_opt_shapes": shapes(max_batch),
+        "trt_profile_max_shapes": shapes(max_batch),
+    }
+
+
+def _specs(args: Sequence[Any]) -> tuple[TensorSpec, ...]:
+    specs = []
+    for arg in args:
+        if arg.type not in ORT_TYPES:
+            raise LoadError(f"tensor {arg.name!r} has type {arg.type}, which mcpd does not serve")
+        shape = tuple(d if isinstance(d, int) and d > 0 else -1 for d in arg.shape)
+        specs.append(TensorSpec(arg.name, ORT_TYPES[arg.type], shape))
+    return tuple(specs)
+
+
+class OnnxBackend:
+    kind = "onnxruntime"
+    platform = "onnxruntime_onnx"
+
+    def __init__(self, model: ModelSection) -> None:
+        self.name = model.name
+        options = model.onnxruntime
+        available = ort.get_available_providers()
+        profile: dict[str, str] = {}
+        if "tensorrt" in options.providers and PROVIDERS["tensorrt"] in available:
+            probe = self._session(model.path, "disable", 1, "", [(PROVIDERS["cpu"], {})])
+            profile = trt_profile(_specs(probe.get_inputs()), model.max_batch)
+        providers, warning = plan_providers(options, available, profile)
+        if warning:
+            log.warning("model %s: %s", model.name, warning)
+        path, level, cache = model.path, options.graph_optimization_level, ""
+        if options.optimized_model_path:
+            if len(providers) > 1:
+                log.warning(
+                    "model %s: optimized_model_path is ignored with GPU providers (their "
+                    "compiled nodes cannot be saved); use trt_cache_dir",
+                    model.name,
+                )
+            elif _fresh(options.optimized_model_path, model.path):
+                path, level = options.optimized_model_path, "disable"
+            else:
+                cache = options.optimized_model_path
+        self._session_obj = self._session(path, level, options.intra_op_threads, cache, providers)
+        used = self._session_obj.get_providers()
+        wanted = providers[0][0]
+        if wanted not in used:
+            log.warning("model %s: %s failed to start; running on %s", model.name, wanted, used[0])
+        self.inputs = _specs(self._session_obj.get_inputs())
+        self.outputs = _specs(self._session_obj.get_outputs())
+        self.fixed_batch = fixed_batch(self.inputs, self.outputs)
+        self._input_names = [spec.name for spec in self.inputs]
+        self._output_names = [spec.name for spec in self.outputs]
+        self.detail = {"provider": used[0], "cached_graph": path != model.path}
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """onnxruntime's first run allocates and plans (milliseconds); pay that before "ready"."""
+        rows = self.fixed_batch or 1
+        if all(-1 not in spec.shape[1:] for spec in self.inputs):
+            self.run([np.zeros((rows, *spec.shape[1:]), spec.dtype) for spec in self.inputs])
+
+    @staticmethod
+    def _session(
+        path: str, level: str, threads: int, cache: str, providers: list[Provider]
+    ) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = LEVELS[level]
+        options.log_severity_level = 3  # errors only: onnxruntime's warnings are not actionable
+        if threads:
+            options.intra_op_num_threads = threads
+        if cache:
+            options.optimized_model_filepath = cache
+        try:
+            return ort.InferenceSession(path, sess_options=options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own untyped Fail/InvalidGraph errors
+            raise LoadError(f"onnxruntime cannot load {path}: {exc}") from exc
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        feeds = dict(zip(self._input_names, inputs, strict=False))
+        return list(self._session_obj.run(self._output_names, feeds))
+
+    def close(self) -> None:
+        del self._session_obj
+
+
+def _fresh(cache: str, source: str) -> bool:
+    try:
+        return os.stat(cache).st_mtime >= os.stat(source).st_mtime
+    except OSError:
+        return False
+
+
+def open_model(model: ModelSection) -> OnnxBackend:
+    return OnnxBackend(model)

@@ -1,0 +1,289 @@
+"""Inference requests in, responses out: JSON tensors, Triton's binary tensor data extension and
+shared memory references (serving-protocol.md §1.3, §2.1, §2.2).
+
+Decoding checks everything before anything runs (names, datatypes, shapes, byte counts, limits) and
+names what is wrong; numbers arrive as numpy arrays that view the request body or the shared memory
+where they can, without copying.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from mcpd.serving.errors import RequestError
+from mcpd.serving.shm import SharedMemory, ShmRef
+from mcpd.serving.tensors import TensorSpec, datatype_of
+
+VERSION = "1"
+"""mcpd serves one version of each model; clients may name it."""
+
+
+@dataclass(frozen=True)
+class Interface:
+    """What a request is checked against."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch: int
+    limit: int
+    """The most bytes one tensor may have ([daemon] max_request_bytes)."""
+    by_name: dict[str, tuple[int, TensorSpec]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name = {spec.name: (index, spec) for index, spec in enumerate(self.inputs)}
+        object.__setattr__(self, "by_name", by_name)  # derived once, not per request
+
+
+@dataclass(frozen=True)
+class Wanted:
+    index: int
+    """Position in the model's outputs."""
+    binary: bool
+    shm: ShmRef | None
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    id: str | None
+    inputs: tuple[np.ndarray, ...]
+    """In the model's input order, all with the same batch dimension."""
+    outputs: tuple[Wanted, ...]
+    timeout_us: int | None
+
+
+def _params(item: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    params = item.get("parameters", {})
+    if not isinstance(params, dict):
+        raise RequestError(f"{what}: parameters must be a JSON object")
+    return params
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _shm(params: Mapping[str, Any], what: str) -> ShmRef | None:
+    if "shared_memory_region" not in params and "shared_memory_byte_size" not in params:
+        return None
+    region = params.get("shared_memory_region")
+    if not isinstance(region, str) or "shared_memory_byte_size" not in params:
+        raise RequestError(
+            f"{what}: shared memory needs both shared_memory_region (a name) and "
+            "shared_memory_byte_size"
+        )
+    size = _int(params["shared_memory_byte_size"], f"{what}: shared_memory_byte_size")
+    offset = _int(params.get("shared_memory_offset", 0), f"{what}: shared_memory_offset")
+    return ShmRef(region, offset, size)
+
+
+def _from_json(data: object, spec: TensorSpec, count: int, what: str) -> np.ndarray:
+    if not isinstance(data, list):
+        raise RequestError(f"{what}: data must be a (nested or flat) JSON list")
+    try:
+        array = np.array(data)
+    except (ValueError, OverflowError, TypeError):
+        raise RequestError(f"{what}: data is ragged or holds non-numbers") from None
+    if array.size != count:
+        raise RequestError(f"{what}: {array.size} values in data, the shape needs {count}")
+    target = spec.dtype
+    kind = array.dtype.kind
+    if count and not (
+        (target.kind == "b" and kind == "b")
+        or (target.kind in "iu" and kind in "iu")
+        or (target.kind == "f" and kind in "iuf")
+    ):
+        raise RequestError(f"{what}: data holds {array.dtype.name} values, not {spec.datatype}")
+    if target.kind in "iu" and count:
+        info = np.iinfo(cast(Any, target))
+        if array.min() < info.min or array.max() > info.max:
+            raise RequestError(f"{what}: values outside the range of {spec.datatype}")
+    return array.astype(target, copy=False).reshape(-1)
+
+
+def _input(
+    item: object,
+    interface: Interface,
+    binary: memoryview,
+    offset: int,
+    shm: SharedMemory,
+) -> tuple[int, np.ndarray, int]:
+    """(position in the model's inputs, the array, bytes of the binary section consumed)."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise RequestError("each input must be a JSON object with a name")
+    name = item["name"]
+    if name not in interface.by_name:
+        known = ", ".join(interface.by_name)
+        raise RequestError(f"unknown input {name!r}; the model's inputs are {known}")
+    index, spec = interface.by_name[name]
+    what = f"input {name!r}"
+    if item.get("datatype") != spec.datatype:
+        raise RequestError(f"{what}: datatype {item.get('datatype')!r}, expected {spec.datatype}")
+    shape = item.get("shape")
+    expected = [-1, *spec.shape[1:]]
+    if (
+        not isinstance(shape, list)
+        or len(shape) != len(spec.shape)
+        or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape)
+        or any(want not in (-1, got) for want, got in zip(expected[1:], shape[1:], strict=True))
+    ):
+        raise RequestError(f"{what}: shape {shape!r}, expected {expected} (-1: any size)")
+    if not 1 <= shape[0] <= interface.max_batch:
+        raise RequestError(
+            f"{what}: batch of {shape[0]}, this model takes 1..{interface.max_batch}"
+        )
+    count = math.prod(shape)
+    nbytes = count * spec.dtype.itemsize
+    if nbytes > interface.limit:
+        raise RequestError(
+            f"{what}: {count} elements ({nbytes} bytes) exceed the limit of {interface.limit} bytes",
+            413,
+        )
+    params = _params(item, what)
+    ref = _shm(params, what)
+    used = 0
+    if ref is not None:
+        if "data" in item:
+            raise RequestError(f"{what}: give data or shared memory, not both")
+        if ref.byte_size != nbytes:
+            raise RequestError(f"{what}: shared_memory_byte_size {ref.byte_size}, needs {nbytes}")
+        flat = np.frombuffer(shm.view(ref, nbytes), spec.dtype)
+    elif "binary_data_size" in params:
+        size = _int(params["binary_data_size"], f"{what}: binary_data_size")
+        if size != nbytes:
+            raise RequestError(f"{what}: binary_data_size {size}, shape {shape} needs {nbytes}")
+        if offset + size > len(binary):
+            raise RequestError(f"{what}: its binary data runs past the end of the body")
+        flat = np.frombuffer(binary[offset : offset + size], spec.dtype)
+        used = size
+    elif "data" in item:
+        flat = _from_json(item["data"], spec, count, what)
+    else:
+        raise RequestError(f"{what}: no data, binary_data_size or shared_memory_region")
+    return index, flat.reshape(shape), used
+
+
+def decode(
+    body: bytes, header_length: int | None, interface: Interface, shm: SharedMemory
+) -> InferRequest:
+    if header_length is None:
+        header_length = len(body)
+    elif not 0 < header_length <= len(body):
+        raise RequestError(
+            f"Inference-Header-Content-Length {header_length} is outside the body "
+            f"({len(body)} bytes)"
+        )
+    try:
+        header = json.loads(body[:header_length])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"malformed JSON in the request: {exc}") from None
+    if not isinstance(header, dict):
+        raise RequestError("the request must be a JSON object")
+    request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise RequestError("id must be a string")
+    params = _params(header, "request")
+    items = header.get("inputs")
+    if not isinstance(items, list) or not items:
+        raise RequestError("inputs must be a non-empty list")
+    binary = memoryview(body)[header_length:]
+    offset = 0
+    arrays: dict[int, np.ndarray] = {}
+    for item in items:
+        index, array, used = _input(item, interface, binary, offset, shm)
+        if index in arrays:
+            raise RequestError(f"input {interface.inputs[index].name!r} is given twice")
+        arrays[index] = array
+        offset += used
+    if offset != len(binary):
+        raise RequestError(
+            f"{len(binary) - offset} bytes at the end of the body belong to no input"
+        )
+    missing = [spec.name for i, spec in enumerate(interface.inputs) if i not in arrays]
+    if missing:
+        raise RequestError(f"missing input(s): {', '.join(missing)}")
+    inputs = tuple(arrays[i] for i in range(len(interface.inputs)))
+    if len({array.shape[0] for array in inputs}) > 1:
+        batches = {spec.name: a.shape[0] for spec, a in zip(interface.inputs, inputs, strict=True)}
+        raise RequestError(f"inputs disagree on the batch dimension: {batches}")
+    timeout = params.get("timeout")
+    return InferRequest(
+        request_id,
+        inputs,
+        _outputs(header, params, interface),
+        None if timeout is None else _int(timeout, "parameter timeout (µs)"),
+    )
+
+
+def _outputs(
+    header: Mapping[str, Any], params: Mapping[str, Any], interface: Interface
+) -> tuple[Wanted, ...]:
+    default = params.get("binary_data_output", False)
+    if not isinstance(default, bool):
+        raise RequestError("parameter binary_data_output must be true or false")
+    names = {spec.name: index for index, spec in enumerate(interface.outputs)}
+    items = header.get("outputs")
+    if items is None:
+        return tuple(Wanted(index, default, None) for index in range(len(interface.outputs)))
+    if not isinstance(items, list):
+        raise RequestError("outputs must be a list")
+    wanted: dict[int, Wanted] = {}
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise RequestError("each requested output must be a JSON object with a name")
+        name = item["name"]
+        if name not in names:
+            raise RequestError(
+                f"unknown output {name!r}; the model's outputs are {', '.join(names)}"
+            )
+        if names[name] in wanted:
+            raise RequestError(f"output {name!r} is requested twice")
+        what = f"output {name!r}"
+        out_params = _params(item, what)
+        binary = out_params.get("binary_data", default)
+        if not isinstance(binary, bool):
+            raise RequestError(f"{what}: binary_data must be true or false")
+        wanted[names[name]] = Wanted(names[name], binary, _shm(out_params, what))
+    return tuple(wanted.values())
+
+
+def encode(
+    model: str, request: InferRequest, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec],
+    shm: SharedMemory,
+) -> tuple[bytes, int | None]:  # fmt: skip
+    """The response body, and the JSON header's length where binary tensors follow it."""
+    items = []
+    blobs = []
+    for want in request.outputs:
+        array = np.ascontiguousarray(outputs[want.index])
+        item: dict[str, Any] = {
+            "name": specs[want.index].name,
+            "datatype": datatype_of(array.dtype),
+            "shape": list(array.shape),
+        }
+        if want.shm is not None:
+            np.frombuffer(shm.view(want.shm, array.nbytes), array.dtype)[:] = array.reshape(-1)
+            item["parameters"] = {
+                "shared_memory_region": want.shm.region,
+                "shared_memory_byte_size": array.nbytes,
+            }
+        elif want.binary:
+            blobs.append(array.tobytes())
+            item["parameters"] = {"binary_data_size": array.nbytes}
+        else:
+            item["data"] = array.reshape(-1).tolist()
+        items.append(item)
+    body: dict[str, Any] = {"model_name": model, "model_version": VERSION, "outputs": items}
+    if request.id is not None:
+        body["id"] = request.id
+    header = json.dumps(body, separators=(",", ":")).encode()
+    if not blobs:
+        return header, None
+    return b"".join((header, *blobs)), len(header)

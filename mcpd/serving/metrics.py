@@ -1,0 +1,125 @@
+"""`GET /metrics`: the status document and the per-model counters in Prometheus text format 0.0.4."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mcpd.state import ModelStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(
+        self, name: str, kind: str, help: str, samples: Iterable[tuple[Mapping[str, str], Any]]
+    ) -> None:
+        rows = [(labels, value) for labels, value in samples if value is not None]
+        if not rows:
+            return
+        self.lines += [f"# HELP mcpd_{name} {help}", f"# TYPE mcpd_{name} {kind}"]
+        for labels, value in rows:
+            text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            number = float(value) if not isinstance(value, bool) else float(int(value))
+            self.lines.append(
+                f"mcpd_{name}{{{text}}} {number!r}" if text else f"mcpd_{name} {number!r}"
+            )
+
+
+def render(status: Mapping[str, Any], models: Mapping[str, ModelStats]) -> str:
+    out = _Text()
+    out.family(
+        "temperature_celsius",
+        "gauge",
+        "Governing temperature.",
+        [({}, status.get("temperature_c"))],
+    )
+    out.family("power_watts", "gauge", "Governing power.", [({}, status.get("power_w"))])
+    out.family(
+        "sensor_temperature_celsius",
+        "gauge",
+        "Each temperature sensor.",
+        [({"sensor": n}, v) for n, v in status.get("temperatures", {}).items()],
+    )
+    out.family(
+        "sensor_power_watts",
+        "gauge",
+        "Each power sensor.",
+        [({"sensor": n}, v) for n, v in status.get("powers", {}).items()],
+    )
+    domains = status.get("domains", {})
+    for key, help in (
+        ("cap_mhz", "Frequency cap in force."),
+        ("cur_mhz", "Current frequency."),
+        ("target_mhz", "Governor's target."),
+    ):
+        out.family(
+            f"domain_{key}",
+            "gauge",
+            help,
+            [({"domain": n, "kind": d["kind"]}, d.get(key)) for n, d in domains.items()],
+        )
+    state = status.get("governor", {}).get("state")
+    out.family(
+        "governor_state",
+        "gauge",
+        "1 for the governor's current state.",
+        [({"state": state}, 1)] if state else [],
+    )
+    out.family(
+        "batch_size",
+        "gauge",
+        "Batch size set by the governor.",
+        [({"model": m}, size) for m, size in status.get("batch", {}).items()],
+    )
+    out.family(
+        "model_ready",
+        "gauge",
+        "1 when the model serves.",
+        [({"model": m}, s.ready) for m, s in models.items()],
+    )
+    out.family(
+        "inference_requests_total",
+        "counter",
+        "Inference requests answered.",
+        [({"model": m}, s.requests) for m, s in models.items()],
+    )
+    out.family(
+        "inference_errors_total",
+        "counter",
+        "Inference requests answered with an error.",
+        [({"model": m}, s.errors) for m, s in models.items()],
+    )
+    out.family(
+        "inference_latency_milliseconds",
+        "gauge",
+        "Request latency over the last requests, by quantile.",
+        [
+            ({"model": m, "quantile": q}, v)
+            for m, s in models.items()
+            for q, v in (("0.5", s.p50_ms), ("0.99", s.p99_ms))
+        ],
+    )
+    out.family(
+        "queue_depth",
+        "gauge",
+        "Requests waiting for a batch.",
+        [({"model": m}, s.queue_depth) for m, s in models.items()],
+    )
+    out.family(
+        "batches_total",
+        "counter",
+        "Batches run.",
+        [({"model": m}, s.detail.get("batches")) for m, s in models.items()],
+    )
+    daemon = status.get("daemon", {})
+    out.family("daemon_cpu_percent", "gauge", "Daemon CPU use.", [({}, daemon.get("cpu_percent"))])
+    out.family("daemon_rss_megabytes", "gauge", "Daemon memory.", [({}, daemon.get("rss_mb"))])
+    return "\n".join(out.lines) + "\n"

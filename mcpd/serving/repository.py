@@ -1,0 +1,218 @@
+"""The models being served: loading in the background, failures reported, reloads that add,
+remove or replace models while the others keep serving.
+
+Owned by the event loop. Loading (seconds for a big model) runs on a loader thread; a replacement
+keeps the running version serving until the new one is ready, then swaps it in and drains the old
+one, so no request is dropped. A replacement that fails to load leaves the old version serving and
+says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcpd.config import ModelSection
+from mcpd.events import Event, EventBus
+from mcpd.serving import backends
+from mcpd.serving.codec import VERSION, Interface
+from mcpd.serving.errors import LoadError, RequestError
+from mcpd.serving.worker import ModelWorker, lower_priority
+from mcpd.state import ModelStats
+
+log = logging.getLogger("mcpd.serving")
+
+
+class Latencies:
+    """The last few thousand request latencies; appended on the event loop, read from anywhere."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def add(self, ms: float) -> None:
+        with self._lock:
+            self._values.append(ms)
+
+    def percentiles(self) -> tuple[float | None, float | None]:
+        with self._lock:
+            values = np.array(self._values)
+        if not values.size:
+            return None, None
+        p50, p99 = np.percentile(values, [50, 99])
+        return float(p50), float(p99)
+
+
+@dataclass
+class Entry:
+    config: ModelSection
+    """The configuration wanted now (a load of it may still be running)."""
+    state: str = "loading"
+    """loading, ready or failed."""
+    worker: ModelWorker | None = None
+    interface: Interface | None = None
+    error: str | None = None
+    requests: int = 0
+    errors: int = 0
+    latencies: Latencies = field(default_factory=Latencies)
+
+
+class Repository:
+    def __init__(self, batch_size: Callable[[str], int], events: EventBus, limit: int) -> None:
+        self.batch_size = batch_size
+        self.events = events
+        self.limit = limit
+        self.entries: dict[str, Entry] = {}
+        self._loader = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="model-load", initializer=lower_priority
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- reads (the HTTP handlers) ---------------------------------------------------------------
+
+    def get(self, name: str, version: str | None = None) -> Entry:
+        entry = self.entries.get(name)
+        if entry is None:
+            raise RequestError(f"unknown model {name!r}", 404)
+        if version is not None and version != VERSION:
+            raise RequestError(f"model {name!r} has no version {version!r} (only {VERSION})", 404)
+        return entry
+
+    def serving(self, name: str, version: str | None = None) -> tuple[Entry, ModelWorker]:
+        entry = self.get(name, version)
+        if entry.worker is None:
+            why = f"failed to load: {entry.error}" if entry.state == "failed" else "still loading"
+            raise RequestError(f"model {name!r} is not ready: {why}", 503)
+        return entry, entry.worker
+
+    @property
+    def loading(self) -> int:
+        """Loads still running (a replacement loads while the previous version serves)."""
+        return len(self._tasks)
+
+    @property
+    def all_ready(self) -> bool:
+        return all(entry.worker is not None for entry in self.entries.values())
+
+    def stats(self) -> dict[str, ModelStats]:
+        return {name: _stats(entry) for name, entry in self.entries.items()}
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    async def apply(self, models: tuple[ModelSection, ...]) -> None:
+        """Make the served set match `models`. Returns once unloads are done; loads go on in the
+        background."""
+        wanted = {model.name: model for model in models}
+        for name in [name for name in self.entries if name not in wanted]:
+            removed = self.entries.pop(name)
+            log.info("model %s removed from the configuration; unloading", name)
+            await self._retire(removed.worker)
+            self.events.publish(Event("model", f"model {name} unloaded", {"model": name}))
+        for name, model in wanted.items():
+            entry = self.entries.get(name)
+            if entry is not None and entry.config == model:
+                continue
+            if entry is None:
+                self.entries[name] = Entry(model)
+            else:
+                entry.config = model
+                if entry.worker is None:
+                    entry.state, entry.error = "loading", None
+            task = asyncio.create_task(self._load(model))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, model: ModelSection) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            backend = await loop.run_in_executor(self._loader, backends.load, model)
+        except Exception as exc:
+            self._failed(model, exc)
+            return
+        entry = self.entries.get(model.name)
+        if entry is None or entry.config != model:  # removed or changed again while loading
+            await loop.run_in_executor(self._loader, backend.close)
+            return
+        worker = ModelWorker(
+            model.name,
+            backend,
+            max_batch=model.max_batch,
+            max_queue_size=model.max_queue_size,
+            delay_s=model.max_queue_delay_ms / 1000,
+            preferred=model.preferred_batch_sizes,
+            batch_size=lambda: self.batch_size(model.name),
+            loop=loop,
+        )
+        old, entry.worker = entry.worker, worker
+        entry.interface = Interface(backend.inputs, backend.outputs, model.max_batch, self.limit)
+        entry.state, entry.error = "ready", None
+        detail = ", ".join(f"{k} {v}" for k, v in backend.detail.items())
+        message = (
+            f"model {model.name} {'reloaded' if old else 'loaded'} in "
+            f"{time.monotonic() - started:.2f} s: {backend.kind} ({detail}), "
+            f"batch 1..{model.max_batch}"
+            + (f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else "")
+        )
+        log.info("%s", message)
+        self.events.publish(Event("model", message, {"model": model.name, "state": "ready"}))
+        await self._retire(old)
+
+    def _failed(self, model: ModelSection, exc: Exception) -> None:
+        error = str(exc) if isinstance(exc, LoadError) else f"{type(exc).__name__}: {exc}"
+        entry = self.entries.get(model.name)
+        if entry is None or entry.config != model:
+            return
+        entry.error = error
+        if entry.worker is None:
+            entry.state = "failed"
+            message = f"model {model.name} failed to load: {error}"
+        else:
+            message = f"model {model.name} reload failed, the previous version serves on: {error}"
+        log.error("%s", message)
+        self.events.publish(Event("model", message, {"model": model.name, "state": "failed"}))
+
+    async def _retire(self, worker: ModelWorker | None) -> None:
+        if worker is not None:
+            await asyncio.get_running_loop().run_in_executor(self._loader, worker.close)
+
+    async def close(self) -> None:
+        """Finish what is queued, release every model."""
+        for task in list(self._tasks):
+            task.cancel()
+        entries, self.entries = self.entries, {}
+        await asyncio.gather(*(self._retire(entry.worker) for entry in entries.values()))
+        self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def _stats(entry: Entry) -> ModelStats:
+    p50, p99 = entry.latencies.percentiles()
+    worker = entry.worker
+    detail: dict[str, object] = {"state": entry.state, "path": entry.config.path}
+    if entry.error:
+        detail["error"] = entry.error
+    if worker is not None:
+        backend = worker.backend
+        detail.update(backend=backend.kind, fixed_batch=backend.fixed_batch, **backend.detail)
+        detail.update(
+            batches=worker.batches,
+            avg_batch=round(worker.rows / worker.batches, 2) if worker.batches else None,
+            busy_s=round(worker.busy_s, 3),
+        )
+    return ModelStats(
+        ready=worker is not None,
+        requests=entry.requests,
+        errors=entry.errors,
+        p50_ms=p50,
+        p99_ms=p99,
+        queue_depth=worker.depth if worker is not None else 0,
+        detail=detail,
+    )

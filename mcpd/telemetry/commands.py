@@ -1,0 +1,124 @@
+"""The command topic: a short allow-list of runtime commands, each checked, run and answered.
+
+Request: publish to `<prefix>/<device>/cmd/<name>` an empty payload or a JSON object
+`{"id": "…", "args": {…}}` (both keys optional; `id` is echoed). The answer goes to the request's
+MQTT 5 Response Topic (with its Correlation Data) when it has one, else to
+`<prefix>/<device>/cmd/<name>/reply`: `{"command", "id", "ok": true, "result": {…}}` or
+`{"command", "id", "ok": false, "error": "…"}`. Nothing here takes a path, a model file or a shell
+command, and nothing outside the allow-list reaches the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.properties import Properties
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
+from mcpd.telemetry.connection import publish_properties
+from mcpd.telemetry.encoder import dumps
+
+log = logging.getLogger("mcpd.telemetry")
+
+Runner = Callable[[str, dict[str, Any]], dict[str, Any]]
+MAX_PAYLOAD = 4096
+
+
+class NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProfileArgs(NoArgs):
+    name: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+    """A governor profile the daemon knows; it answers with an error for any other."""
+
+
+COMMANDS: dict[str, type[NoArgs]] = {
+    "pause": NoArgs,  # hold the caps where they are
+    "resume": NoArgs,
+    "profile": ProfileArgs,
+}
+
+
+class Rejected(Exception):
+    pass
+
+
+def _request(payload: bytes) -> tuple[str | int | None, dict[str, Any]]:
+    if len(payload) > MAX_PAYLOAD:
+        raise Rejected(f"payload too large ({len(payload)} bytes; at most {MAX_PAYLOAD})")
+    if not payload.strip():
+        return None, {}
+    try:
+        request = json.loads(payload)
+    except ValueError as exc:  # UnicodeDecodeError is one
+        raise Rejected(f"payload is not JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise Rejected("payload must be a JSON object")
+    unknown = sorted(set(request) - {"id", "args"})
+    if unknown:
+        raise Rejected(f"unknown keys {', '.join(unknown)}; expected id and args")
+    ident = request.get("id")
+    valid_id = isinstance(ident, int) and not isinstance(ident, bool)
+    if not (ident is None or valid_id or (isinstance(ident, str) and len(ident) <= 64)):
+        raise Rejected("id must be an integer or a string of at most 64 characters")
+    args = request.get("args", {})
+    if not isinstance(args, dict):
+        raise Rejected("args must be a JSON object")
+    return ident, args
+
+
+def _validated(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return COMMANDS[name].model_validate(args).model_dump()
+    except ValidationError as exc:
+        problems = [
+            f"args.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        ]
+        raise Rejected("; ".join(problems)) from None
+
+
+def answer(name: str, payload: bytes, run: Runner, retained: bool = False) -> bytes:
+    """The reply to one request (never raises: every failure is an answer that says why)."""
+    ident: str | int | None = None
+    try:
+        if name not in COMMANDS:
+            raise Rejected(f"unknown command {name!r}; allowed: {', '.join(sorted(COMMANDS))}")
+        ident, args = _request(payload)
+        if retained:
+            raise Rejected("retained command refused: it would run again at every reconnect")
+        result = run(name, _validated(name, args))
+        if result.get("ok", True) is False:
+            raise Rejected(str(result.get("error", "refused by the daemon")))
+    except Rejected as exc:
+        log.warning("command %r rejected: %s", name, exc)
+        return dumps({"command": name, "id": ident, "ok": False, "error": str(exc)})
+    except Exception as exc:
+        log.exception("command %r failed", name)
+        return dumps({"command": name, "id": ident, "ok": False, "error": f"failed: {exc}"})
+    log.info("command %r done", name)
+    result = {key: value for key, value in result.items() if key != "ok"}
+    return dumps({"command": name, "id": ident, "ok": True, "result": result})
+
+
+def respond(
+    message: paho.MQTTMessage, name: str, run: Runner, default_topic: str, v5: bool
+) -> tuple[str, bytes, Properties | None]:
+    """The reply to a request message: where it goes, what it says, its MQTT 5 properties."""
+    reply = answer(name, bytes(message.payload), run, bool(message.retain))
+    request = message.properties if v5 else None
+    topic = getattr(request, "ResponseTopic", "") or default_topic
+    if any(c in topic for c in "+#\0"):
+        topic = default_topic  # a wildcard is no place to publish to
+    if request is None:
+        return topic, reply, None
+    properties = publish_properties(None)
+    correlation = getattr(request, "CorrelationData", None)
+    if correlation:
+        properties.CorrelationData = correlation
+    return topic, reply, properties

@@ -1,0 +1,321 @@
+"""The publisher: one thread that samples telemetry, owns the spool and talks to the broker.
+
+Other threads only put items in its inbox and wake it through a socket pair (`submit`,
+`reconfigure`, `stop`): nothing a control loop or an inference worker calls can wait on a broker.
+Each step: take the inbox (events into the spool), sample when the period is due, move the link
+on, hand the oldest spooled messages to the broker (at most WINDOW in flight), journal what has to
+wait, then sleep until the next deadline or socket activity. A message leaves the spool only when
+the broker acknowledges it; after a reconnect, delivery starts again from the oldest message
+still owed, so everything spooled goes out in order before anything newer.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as paho
+
+from mcpd.config import MqttSection
+from mcpd.events import Event
+from mcpd.telemetry import commands, connection, discovery, encoder
+from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
+from mcpd.telemetry.spool import Spool
+from mcpd.telemetry.topics import Topics
+
+log = logging.getLogger("mcpd.telemetry")
+
+StatusSource = Callable[[], Mapping[str, Any]]
+FLUSH_S = 2.0
+"""At stop, how long to keep delivering the spool; what is left stays on disk for the next run."""
+OFFLINE_ACK_S = 1.0
+STOP_S = FLUSH_S + OFFLINE_ACK_S + connection.CONNECT_TIMEOUT_S + 2.0
+_STOP = object()
+
+
+class Publisher:
+    def __init__(
+        self,
+        mqtt: MqttSection,
+        device: str,
+        spool_path: Path | None,
+        status: StatusSource,
+        run_command: commands.Runner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.mqtt = mqtt
+        self.topics = Topics(mqtt.topic_prefix, device)
+        self._spool_path = spool_path
+        self._status = status
+        self._run_command = run_command
+        self._clock, self._wall = clock, wall
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._thread = threading.Thread(target=self._run, name="mcpd-telemetry", daemon=True)
+        # Everything below belongs to the thread.
+        self._stopping = False
+        self._cursor = 0
+        """Id of the last spooled message handed to the broker on this connection."""
+        self._inflight: dict[int, int] = {}
+        """paho message id -> spooled message id."""
+        self._rate = encoder.RequestRate()
+        self._last_status: Mapping[str, Any] | None = None
+        self._discovered = discovery.Published()
+        self._offline_mid: int | None = None
+        self._offline_acked = False
+        self._spool: Spool
+        self._link: Link
+        self._next_tick = 0.0
+        self._warned: dict[str, float] = {}
+        self._properties()
+
+    # -- any thread ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, event: Event) -> None:
+        """Queue an event for the broker; never blocks (EventBus subscribers must not)."""
+        self._post(event)
+
+    def reconfigure(self, mqtt: MqttSection) -> None:
+        """Apply settings that need no new connection (see service.LIVE)."""
+        self._post(mqtt)
+
+    def stop(self, timeout: float = STOP_S) -> None:
+        """Flush briefly, publish `offline`, disconnect, leave the rest of the spool on disk."""
+        self._post(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("telemetry publisher did not stop within %g s", timeout)
+            return
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _post(self, item: object) -> None:
+        self._inbox.put(item)
+        self._wake()
+
+    def _wake(self) -> None:
+        # Full: a wake-up is already pending. Closed: stopped.
+        with suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        now = self._clock()
+        self._spool = Spool.open(self._spool_path, self.mqtt.spool_messages, self._clock)
+        self._link = Link(self.mqtt, self.topics, self._wake, now)
+        self._next_tick = now
+        while not self._stopping:
+            try:
+                self._step()
+            except Exception:  # a bug here must not end telemetry, and never the daemon
+                self._warn("bug", "telemetry publisher: unexpected error; carrying on", True)
+                poll({self._wake_r.fileno(): select.POLLIN}, 1.0)
+        try:
+            self._shutdown()
+        except Exception:
+            log.exception("telemetry publisher: error while stopping")
+
+    def _step(self) -> None:
+        now = self._clock()
+        self._take_inbox()
+        if self._stopping:
+            return
+        if now >= self._next_tick:
+            self._sample()
+            period = self.mqtt.telemetry_ms / 1000
+            self._next_tick += period
+            if self._next_tick <= now:  # fell behind (suspend, clock jump): skip, don't burst
+                self._next_tick = now + period
+        link_due = self._link.step(now, len(self._spool))
+        self._take_facts()
+        self._pump()
+        self._spool.persist(self._cursor)
+        self._wait(min(self._next_tick, link_due) - self._clock())
+
+    def _wait(self, timeout: float) -> None:
+        if self._link.wait(max(0.0, timeout), self._wake_r):
+            try:
+                while self._wake_r.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+        self._take_facts()
+
+    def _take_inbox(self) -> None:
+        while not self._inbox.empty():
+            item = self._inbox.get()
+            if item is _STOP:
+                self._stopping = True
+            elif isinstance(item, Event):
+                self._spool.add("event", encoder.event(item, device=self.topics.device))
+            elif isinstance(item, MqttSection):
+                self._apply(item)
+
+    def _sample(self) -> None:
+        try:
+            status = self._status()
+            payload = encoder.telemetry(
+                status,
+                device=self.topics.device,
+                seq=self._spool.next_seq(),
+                now=self._wall(),
+                requests_per_s=self._rate(status),
+                queued=len(self._spool),
+                dropped=self._spool.dropped,
+            )
+        except Exception as exc:  # the daemon's document: a bug there must not stop telemetry
+            self._warn("status", f"telemetry: no usable status document ({exc!r}); sample skipped")
+            return
+        self._last_status = status
+        self._spool.add("telemetry", payload)
+        self._discover()
+
+    def _pump(self) -> None:
+        client = self._link.client
+        while (
+            self._link.connected and client is not None and len(self._inflight) < connection.WINDOW
+        ):
+            message = self._spool.first_after(self._cursor)
+            if message is None:
+                return
+            if message.kind == "telemetry":
+                topic, qos, properties = self.topics.telemetry, self.mqtt.qos, self._telemetry_props
+            else:
+                topic, qos, properties = self.topics.events, 1, self._event_props
+            info = client.publish(topic, message.payload, qos, properties=properties)
+            if info.rc != paho.MQTT_ERR_SUCCESS:
+                return  # the connection just went; Lost follows
+            self._cursor = message.id
+            self._inflight[info.mid] = message.id
+
+    def _take_facts(self) -> None:
+        facts, self._link.facts = self._link.facts, []
+        for fact in facts:
+            if isinstance(fact, Connected):
+                self._connected()
+            elif isinstance(fact, Lost):
+                self._cursor = 0
+                self._inflight.clear()
+            elif isinstance(fact, Acked):
+                self._acked(fact)
+            elif isinstance(fact, Received):
+                self._received(fact.message)
+        self._link.flush_writes()
+
+    def _connected(self) -> None:
+        self._cursor = 0
+        self._inflight.clear()
+        self._send(self.topics.status, b"online", retain=True)
+        self._subscribe()
+        self._discover(force=True)
+
+    def _subscribe(self) -> None:
+        client = self._link.client
+        if client is None or not self._link.connected:
+            return
+        if self._commands_on:
+            client.subscribe(self.topics.commands, qos=1)
+        if self.mqtt.homeassistant_discovery:
+            client.subscribe(f"{self.mqtt.homeassistant_prefix}/status", qos=1)
+
+    def _acked(self, fact: Acked) -> None:
+        if fact.mid == self._offline_mid:
+            self._offline_acked = not fact.reason.is_failure
+        ident = self._inflight.pop(fact.mid, None)
+        if ident is None:
+            return
+        if fact.reason.is_failure:
+            self._warn("refused", f"the broker refused a message ({fact.reason}); dropped")
+        self._spool.remove(ident)
+
+    def _received(self, message: paho.MQTTMessage) -> None:
+        if message.topic == f"{self.mqtt.homeassistant_prefix}/status":
+            if message.payload == b"online":  # Home Assistant restarted: it asks for configs again
+                self._discover(force=True)
+            return
+        name = self.topics.command_name(message.topic)
+        if name is None or not self._commands_on or self._run_command is None:
+            return
+        v5 = self.mqtt.protocol == "5"
+        topic, reply, properties = commands.respond(
+            message, name, self._run_command, self.topics.reply(name), v5
+        )
+        self._send(topic, reply, properties=properties)
+
+    @property
+    def _commands_on(self) -> bool:
+        return self.mqtt.commands_enabled and self._run_command is not None
+
+    def _discover(self, force: bool = False) -> None:
+        """Keep Home Assistant's retained configs in step with the board (and with the setting)."""
+        if not self._link.connected or self._last_status is None:
+            return
+        wanted = {}
+        if self.mqtt.homeassistant_discovery:
+            period_s = self.mqtt.telemetry_ms / 1000
+            prefix = self.mqtt.homeassistant_prefix
+            wanted = discovery.configs(self._last_status, self.topics, prefix, period_s)
+        for topic, payload in self._discovered.update(wanted, force):
+            self._send(topic, payload, retain=True)
+
+    def _send(
+        self, topic: str, payload: bytes, retain: bool = False, properties: Any = None
+    ) -> int | None:
+        """Publish outside the spool (state, not data: it is sent again on every connection)."""
+        client = self._link.client
+        if client is None:
+            return None
+        info = client.publish(topic, payload, qos=1, retain=retain, properties=properties)
+        return info.mid if info.rc == paho.MQTT_ERR_SUCCESS else None
+
+    def _apply(self, mqtt: MqttSection) -> None:
+        self.mqtt = self._link.mqtt = mqtt
+        self._spool.resize(mqtt.spool_messages)
+        self._properties()
+        self._next_tick = min(self._next_tick, self._clock() + mqtt.telemetry_ms / 1000)
+        self._subscribe()  # again, harmlessly, if discovery was already on
+        self._discover()
+        log.info("telemetry settings applied")
+
+    def _properties(self) -> None:
+        v5 = self.mqtt.protocol == "5"
+        expiry = self.mqtt.message_expiry_s
+        self._telemetry_props = connection.publish_properties(expiry) if v5 else None
+        self._event_props = connection.publish_properties(None) if v5 else None
+
+    def _shutdown(self) -> None:
+        until = self._clock() + FLUSH_S
+        while self._link.connected and len(self._spool) and self._clock() < until:
+            self._pump()
+            self._wait(min(0.1, until - self._clock()))
+        if self._link.connected:
+            self._offline_mid = self._send(self.topics.status, b"offline", retain=True)
+            until = self._clock() + OFFLINE_ACK_S
+            while self._link.connected and not self._offline_acked and self._clock() < until:
+                self._wait(min(0.1, until - self._clock()))
+        # If our own `offline` did not make it, MQTT 5 lets us ask the broker for the Will.
+        self._link.close(with_will=not self._offline_acked)
+        self._spool.close()
+        log.info("telemetry stopped; %d messages left in the spool", len(self._spool))
+
+    def _warn(self, key: str, message: str, traceback: bool = False) -> None:
+        """Log a repeating problem once a minute at most."""
+        now = self._clock()
+        if now - self._warned.get(key, -60.0) >= 60.0:
+            self._warned[key] = now
+            log.warning(message, exc_info=traceback)

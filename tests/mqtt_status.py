@@ -1,0 +1,62 @@
+"""Status documents as the daemon makes them (mcpd.status.document), for a board that changes.
+
+Used by the MQTT tests and the fleet benchmark in place of a running control loop: the telemetry
+publisher sees exactly the document shape the daemon gives it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcpd import status
+from mcpd.state import DomainStatus, LastAction, ModelStats, Snapshot
+
+DOMAINS = (("policy0", "cpufreq", 1510.4), ("17000000.gpu", "devfreq", 624.75))
+
+
+class FakeBoard:
+    """A Jetson-like board whose temperature, caps and request count move with every call."""
+
+    def __init__(self, base_c: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+        self.base_c = base_c
+        self.clock = clock
+        self.calls = 0
+        self.requests = 0
+        self.fail = False
+        self._lock = threading.Lock()
+
+    def __call__(self) -> dict[str, Any]:
+        with self._lock:
+            if self.fail:
+                raise RuntimeError("status unavailable")
+            self.calls += 1
+            self.requests += 25
+            calls, requests = self.calls, self.requests
+        celsius = self.base_c + (calls % 10)
+        cap = 0.8 if calls % 2 else 1.0
+        snapshot = Snapshot(
+            ts=self.clock(),
+            platform="jetson-orin",
+            model="NVIDIA Jetson Orin Nano Developer Kit",
+            temperature_c=celsius,
+            power_w=7.5,
+            power_estimated=False,
+            metered=True,
+            temperatures={"cpu-thermal": celsius, "gpu-thermal": celsius - 2, "tj-thermal": None},
+            powers={"VDD_IN": 7.5, "VDD_CPU_GPU_CV": 3.25},
+            domains=tuple(
+                DomainStatus(name, kind, top * cap, top * cap, top * cap, 115.2, top)
+                for name, kind, top in DOMAINS
+            ),
+            state="lowering" if cap < 1 else "holding",
+            profile="default",
+            last_action=LastAction("lower", f"{celsius:.1f} °C ≥ 85.0 °C", self.clock()),
+            batch={"demo": 4},
+        )
+        models = {"demo": ModelStats(True, requests, 1, 3.2, 9.8, 2)}
+        daemon = {"cpu_percent": 3.5, "rss_mb": 61.2, "uptime_s": 12.0, "version": "0.1.0"}
+        loop = {"sample_lateness": None, "sample_to_write": None}
+        return status.document(snapshot, models, daemon, loop)

@@ -1,0 +1,83 @@
+"""Tiny ONNX models for the serving tests, built with onnx.helper (real onnxruntime sessions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from mcpd.demo.build import IR_VERSION, OPSET
+
+
+def _save(nodes: list[onnx.NodeProto], inputs: list, outputs: list, path: Path) -> Path:
+    graph = helper.make_graph(nodes, "test", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def scale(path: Path, batch: int | str = "N", width: int = 4) -> Path:
+    """x FP32 [batch, width] -> double = 2x [batch, width], total = sum(x, axis 1) [batch]."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [
+        helper.make_node("Constant", [], ["c2"], value=two),
+        helper.make_node("Constant", [], ["ax"], value=axes),
+        helper.make_node("Mul", ["x", "c2"], ["double"]),
+        helper.make_node("ReduceSum", ["x", "ax"], ["total"], keepdims=0),
+    ]
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
+        [
+            helper.make_tensor_value_info("double", TensorProto.FLOAT, [batch, width]),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, [batch]),
+        ],
+        path,
+    )
+
+
+def mixed(path: Path) -> Path:
+    """Three datatypes: a INT64 [N,2] -> a3 = 3a; b UINT8 [N,2] -> b_out = b; flag BOOL [N,1] ->
+    flag_not = not flag."""
+    three = helper.make_tensor("three", TensorProto.INT64, [], [3])
+    nodes = [
+        helper.make_node("Constant", [], ["c3"], value=three),
+        helper.make_node("Mul", ["a", "c3"], ["a3"]),
+        helper.make_node("Identity", ["b"], ["b_out"]),
+        helper.make_node("Not", ["flag"], ["flag_not"]),
+    ]
+    info = helper.make_tensor_value_info
+    return _save(
+        nodes,
+        [
+            info("a", TensorProto.INT64, ["N", 2]),
+            info("b", TensorProto.UINT8, ["N", 2]),
+            info("flag", TensorProto.BOOL, ["N", 1]),
+        ],
+        [
+            info("a3", TensorProto.INT64, ["N", 2]),
+            info("b_out", TensorProto.UINT8, ["N", 2]),
+            info("flag_not", TensorProto.BOOL, ["N", 1]),
+        ],
+        path,
+    )
+
+
+def sequence(path: Path) -> Path:
+    """A free non-batch dimension: x FP32 [N, L] -> y = 2x."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    nodes = [
+        helper.make_node("Constant", [], ["c2"], value=two),
+        helper.make_node("Mul", ["x", "c2"], ["y"]),
+    ]
+    info = helper.make_tensor_value_info
+    return _save(
+        nodes,
+        [info("x", TensorProto.FLOAT, ["N", "L"])],
+        [info("y", TensorProto.FLOAT, ["N", "L"])],
+        path,
+    )

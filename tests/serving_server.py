@@ -1,0 +1,101 @@
+"""An InferenceService running on its own event loop thread, for tests that talk to it through
+the real Unix socket with blocking clients."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcpd.client import Client
+from mcpd.config import Config, ModelSection, parse
+from mcpd.events import Event, EventBus
+from mcpd.serving.service import InferenceService
+
+T = TypeVar("T")
+
+
+def status_document() -> dict[str, Any]:
+    return {
+        "ts": 1.0,
+        "platform": "jetson-orin",
+        "model": "test board",
+        "temperature_c": 61.5,
+        "power_w": 7.25,
+        "power_estimated": False,
+        "temperatures": {"cpu-thermal": 61.5},
+        "powers": {"VDD_IN": 7.25},
+        "domains": {
+            "policy0": {
+                "kind": "cpufreq",
+                "cap_mhz": 1510.4,
+                "cur_mhz": 1200.0,
+                "target_mhz": 1510.4,
+                "min_mhz": 115.2,
+                "max_mhz": 1510.4,
+            },
+        },
+        "governor": {"state": "holding", "last_action": None},
+        "batch": {"m": 4},
+        "inference": {},
+        "daemon": {"cpu_percent": 1.0, "rss_mb": 50.0, "uptime_s": 3.0, "version": "0.1.0"},
+    }
+
+
+def config(tmp_path: Path, models: list[dict[str, Any]], **daemon: Any) -> Config:
+    return parse({"daemon": {"socket": str(tmp_path / "mcpd.sock"), **daemon}, "models": models})
+
+
+class Served:
+    def __init__(
+        self,
+        cfg: Config,
+        batch_size: Callable[[str], int] = lambda name: 8,
+        status: Callable[[], dict[str, Any]] = status_document,
+    ) -> None:
+        self.socket = cfg.daemon.socket
+        self.events: list[Event] = []
+        bus = EventBus()
+        bus.subscribe(self.events.append)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.service = self.call(self._make(cfg, status, batch_size, bus))
+        self.call(self.service.start())
+
+    @staticmethod
+    async def _make(
+        cfg: Config,
+        status: Callable[[], dict[str, Any]],
+        batch_size: Callable[[str], int],
+        bus: EventBus,
+    ) -> InferenceService:
+        return InferenceService(cfg, status, batch_size, bus)
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def client(self) -> Client:
+        return Client(self.socket, timeout=30)
+
+    def wait_settled(self, timeout: float = 30) -> None:
+        """Until no load (first load or replacement) is still running."""
+        deadline = time.monotonic() + timeout
+        while self.service.repository.loading:
+            assert time.monotonic() < deadline, "models still loading"
+            time.sleep(0.01)
+
+    def reload(self, models: list[ModelSection]) -> None:
+        cfg = self.service.config.model_copy(update={"models": tuple(models)})
+        self.call(self.service.reload(cfg))
+
+    def close(self) -> None:
+        try:
+            self.call(self.service.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()

@@ -1,0 +1,89 @@
+"""`mcpctl fleet`: several simulated boards on one broker, shown hottest first."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from mcpd.ctl import main
+from mcpd.ctl.fleet import FleetView, table
+from tests.mqtt_broker import Mosquitto, mosquitto_binary, publishing, recording, settings
+from tests.mqtt_status import FakeBoard
+
+
+def telemetry(temperature: float | None, **extra: object) -> bytes:
+    body = {
+        "seq": 1, "platform": "rk3588", "temperature_c": temperature, "power_w": None,
+        "domains": {"policy0": {"cap_mhz": 1800.0}, "fb000000.gpu": {"cap_mhz": None}},
+        "governor": {"state": "holding", "last_action": None}, "requests_per_s": 12.5,
+    }  # fmt: skip
+    return json.dumps({**body, **extra}).encode()
+
+
+def test_the_view_sorts_hottest_first_and_keeps_what_it_cannot_read_out() -> None:
+    view = FleetView("fleet/site")
+    view.update("fleet/site/cool/telemetry", telemetry(41.0), now=10.0)
+    view.update("fleet/site/hot/telemetry", telemetry(88.5), now=11.0)
+    view.update("fleet/site/hot/status", b"online", now=11.0)
+    view.update("fleet/site/gone/status", b"offline", now=11.0)
+    view.update("fleet/site/hot/telemetry", b"{broken", now=11.5)  # keeps the last good one
+    view.update("fleet/site/odd/telemetry", b"[1, 2]", now=11.5)
+    view.update("other/x/telemetry", telemetry(99.0), now=11.5)
+    view.update("fleet/site/cool/status", b"weird", now=11.5)
+    rows = view.rows(now=12.0)
+    assert [r.device for r in rows] == ["hot", "cool", "gone"]
+    hot, cool, gone = rows
+    assert (hot.online, hot.temperature_c, hot.last_seen_s) == (True, 88.5, 1.0)
+    assert hot.caps_mhz == {"policy0": 1800.0, "fb000000.gpu": None}
+    assert (hot.governor, hot.requests_per_s, hot.power_w) == ("holding", 12.5, None)
+    assert cool.online is None and (gone.online, gone.last_seen_s) == (False, None)
+    lines = table(rows).splitlines()
+    assert lines[0].split()[:3] == ["DEVICE", "ONLINE", "PLATFORM"]
+    assert lines[1].split() == [
+        "hot", "yes", "rk3588", "88.5", "-", "policy0", "1800", "gpu", "-", "holding", "12.5",
+        "1.0", "s",
+    ]  # fmt: skip
+    assert lines[3].split()[:2] == ["gone", "NO"]
+
+
+@pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
+def test_fleet_json_shows_every_simulated_board_hottest_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Mosquitto(tmp_path / "broker") as broker, ExitStack() as boards:
+        for name, base in (("edge-a", 45.0), ("edge-b", 80.0), ("edge-c", 60.0), ("gone", 30.0)):
+            folder = tmp_path / name
+            folder.mkdir()
+            publisher = boards.enter_context(
+                publishing(settings(broker), folder, name, FakeBoard(base))
+            )
+            if name == "gone":
+                with recording(broker, "mcpd/gone/telemetry") as recorder:
+                    recorder.wait_for("mcpd/gone/telemetry")
+                publisher.stop()  # clean stop: retained offline
+        argv = ["fleet", "--broker", f"127.0.0.1:{broker.port}", "--json", "--count", "2",
+                "--interval", "0.6"]  # fmt: skip
+        assert main(argv) == 0
+    snapshots = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(snapshots) == 2
+    devices = snapshots[-1]["devices"]
+    assert [d["device"] for d in devices] == ["edge-b", "edge-c", "edge-a", "gone"]
+    assert [d["online"] for d in devices] == [True, True, True, False]
+    assert 80 <= devices[0]["temperature_c"] < 90
+    assert devices[0]["caps_mhz"].keys() == {"policy0", "17000000.gpu"}
+    assert devices[0]["platform"] == "jetson-orin" and devices[0]["governor"] in {
+        "lowering",
+        "holding",
+    }
+    assert devices[0]["requests_per_s"] > 0 and devices[0]["last_seen_s"] < 1.0
+    assert devices[3]["temperature_c"] is None  # never seen telemetry since we subscribed
+
+
+def test_fleet_names_a_broker_it_cannot_reach(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.mqtt_broker import free_port
+
+    assert main(["fleet", "--broker", f"127.0.0.1:{free_port()}", "--count", "1"]) == 1
+    assert "mcpctl fleet: cannot connect to 127.0.0.1:" in capsys.readouterr().err

@@ -1,0 +1,173 @@
+"""The telemetry spool: bounded, ordered, on disk while messages wait, tolerant of damaged files."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from mcpd.telemetry import journal
+from mcpd.telemetry.spool import SEQ_RESERVE, Spool
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fill(spool: Spool, kinds: str) -> list[int]:
+    """One message per letter: t = telemetry, e = event; payloads number them."""
+    ids = []
+    for i, letter in enumerate(kinds):
+        kind = "telemetry" if letter == "t" else "event"
+        ids.append(spool.add(kind, f"{letter}{i}".encode()).id)
+    return ids
+
+
+def drain(spool: Spool) -> list[bytes]:
+    """Deliver everything, oldest first, as the publisher does."""
+    out, cursor = [], 0
+    while (message := spool.first_after(cursor)) is not None:
+        out.append(message.payload)
+        cursor = message.id
+        spool.remove(message.id)
+    return out
+
+
+def test_messages_come_out_in_the_order_they_went_in() -> None:
+    spool = Spool(100, None, Clock())
+    fill(spool, "ttetteet")
+    assert drain(spool) == [b"t0", b"t1", b"e2", b"t3", b"t4", b"e5", b"e6", b"t7"]
+    assert len(spool) == 0
+
+
+def test_when_full_the_oldest_telemetry_goes_first_and_events_last() -> None:
+    spool = Spool(4, None, Clock())
+    fill(spool, "etttee")  # 6 messages into 4 places
+    assert spool.dropped == 2
+    assert drain(spool) == [b"e0", b"t3", b"e4", b"e5"]
+    fill(spool, "eeeeee")  # no telemetry left to drop: the oldest events go
+    assert spool.dropped == 4
+    assert drain(spool) == [b"e2", b"e3", b"e4", b"e5"]
+
+
+def test_a_clean_close_keeps_what_is_owed_and_the_exact_next_seq(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    assert [spool.next_seq() for _ in range(3)] == [0, 1, 2]
+    ids = fill(spool, "tetet")
+    spool.remove(ids[0])
+    spool.remove(ids[1])
+    spool.close()
+    again = Spool.open(path, 100, Clock())
+    assert again.next_seq() == 3
+    assert drain(again) == [b"t2", b"e3", b"t4"]
+
+
+def test_a_crash_loses_nothing_that_waited_and_never_reuses_a_seq(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    issued = [spool.next_seq() for _ in range(5)]
+    ids = fill(spool, "ttete")
+    spool.persist(cursor=0)  # disconnected: all of it waits
+    spool.remove(ids[0])  # delivered after the journal had it
+    spool.persist(cursor=0)
+    # No close(): the process died. The page cache has the journal.
+    again = Spool.open(path, 100, Clock())
+    assert drain(again) == [b"t1", b"e2", b"t3", b"e4"]
+    assert again.next_seq() > max(issued)
+    assert again.next_seq() <= max(issued) + SEQ_RESERVE + 2
+
+
+def test_messages_handed_to_the_broker_stay_off_disk_until_the_link_fails(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    ids = fill(spool, "ttt")
+    spool.persist(cursor=ids[-1])  # all three in flight: nothing to journal
+    assert drain(Spool.open(path.with_name("copy"), 100, Clock())) == []
+    assert path.stat().st_size == len(journal.MAGIC) + len(journal.seq_frame(0))
+    spool.persist(cursor=0)  # the link failed before the acks: now they wait
+    assert drain(Spool.open(path, 100, Clock())) == [b"t0", b"t1", b"t2"]
+
+
+def test_the_file_shrinks_back_once_everything_is_delivered(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 1000, Clock())
+    fill(spool, "t" * 300)
+    spool.persist(cursor=0)
+    assert path.stat().st_size > 300 * 10
+    drain(spool)
+    spool.persist(cursor=0)
+    assert path.stat().st_size < 100
+
+
+def test_fsync_waits_for_its_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    clock = Clock()
+    spool = Spool.open(tmp_path / "telemetry.spool", 100, clock)
+    synced.clear()
+    fill(spool, "t")
+    spool.persist(cursor=0)
+    assert synced == []
+    clock.now += 5.0
+    fill(spool, "t")
+    spool.persist(cursor=0)
+    assert len(synced) == 1
+
+
+def test_shrinking_the_spool_drops_the_oldest_telemetry(tmp_path: Path) -> None:
+    spool = Spool(100, None, Clock())
+    fill(spool, "tettt")
+    spool.resize(3)
+    assert spool.dropped == 2
+    assert drain(spool) == [b"e1", b"t3", b"t4"]
+
+
+# Five messages, the damage in the last frame: four are kept.
+@pytest.mark.parametrize(
+    ("damage", "kept", "problem"),
+    [
+        (lambda data: data[:-3], 4, "truncated frame"),
+        (lambda data: data[:-20] + b"\xff" + data[-19:], 4, "checksum mismatch"),
+        (lambda data: b"garbage" + data, 0, "bad magic"),
+    ],
+    ids=["torn tail", "bit rot", "not a spool"],
+)
+def test_a_damaged_file_is_set_aside_and_what_came_before_the_damage_is_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object, kept: int, problem: str
+) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    fill(spool, "tetet")
+    spool.persist(cursor=0)
+    path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+    with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
+        again = Spool.open(path, 100, Clock())
+    assert len(drain(again)) == kept
+    aside = list(tmp_path.glob("telemetry.spool.corrupt-*"))
+    assert len(aside) == 1
+    assert problem in caplog.text and aside[0].name in caplog.text
+    fill(again, "t")  # and the fresh file works
+    again.close()
+    assert drain(Spool.open(path, 100, Clock())) == [b"t0"]
+
+
+def test_an_unusable_state_dir_means_memory_only_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with caplog.at_level(logging.ERROR, "mcpd.telemetry"):
+        spool = Spool.open(blocker / "telemetry.spool", 100, Clock())
+    assert "in memory only" in caplog.text and str(blocker) in caplog.text
+    fill(spool, "te")
+    spool.persist(cursor=0)
+    spool.close()
+    assert drain(spool) == [b"t0", b"e1"]
