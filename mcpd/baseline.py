@@ -41,6 +41,9 @@ class Baseline:
         self.path = Path(state_dir) / FILENAME
         self.root = Path(root)
         self.boot_id = _boot_id(self.root)
+        self.unreadable: str | None = None
+        """Why an existing baseline could not be read; then no cap may be written (it would be
+        replaced by caps that are not the originals)."""
         self.entries: dict[str, dict[str, str]] = self._load()
 
     def _set_aside(self, why: str) -> dict[str, dict[str, str]]:
@@ -56,6 +59,10 @@ class Baseline:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
+            return {}
+        except PermissionError as exc:
+            self.unreadable = f"{self.path}: {exc.strerror}"
+            log.error("%s; no cap will be written until it is readable", self.unreadable)
             return {}
         except (OSError, ValueError):
             return self._set_aside("corrupt")
@@ -85,6 +92,11 @@ class Baseline:
             json.dump(data, file, indent=1, sort_keys=True)
             file.flush()
             os.fsync(file.fileno())
+            if os.geteuid() == 0:
+                # `mcpd restore` runs as root (ExecStopPost=+); the daemon that reads the file
+                # next runs as the state folder's owner.
+                folder = self.path.parent.stat()
+                os.fchown(file.fileno(), folder.st_uid, folder.st_gid)
         os.replace(temporary, self.path)
 
     def _relative(self, path: Path) -> str:
@@ -95,6 +107,10 @@ class Baseline:
         after a crash the caps in sysfs are mcpd's, the file holds the originals)."""
         if domain.name in self.entries:
             return
+        if self.unreadable is not None:
+            raise DomainWriteError(
+                f"{domain.name}: not written, the baseline is unreadable ({self.unreadable})"
+            )
         value = domain.read_cap_text()
         if value is None:
             raise DomainWriteError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,37 @@ def test_restore_command(fake: FakeSysfs, tmp_path: Path) -> None:
     assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "2208000"
     second = subprocess.run(command, capture_output=True, text=True)
     assert second.returncode == 0 and "nothing to restore" in second.stdout
+
+
+def test_restore_as_root_leaves_the_file_to_the_state_folders_owner(
+    fake: FakeSysfs, tmp_path: Path
+) -> None:
+    """ExecStopPost's `mcpd restore` runs as root; the daemon reading the file next runs as mcpd."""
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, 4242, 4343)
+    found = rk3588(fake)
+    baseline = Baseline(state, fake.root)
+    for domain in found.values():
+        domain.baseline = baseline
+    found["fdab0000.npu"].write_cap(300)
+    found["policy4"].write_cap(600)
+    Baseline(state, fake.root).restore([found["policy4"]])  # the NPU is absent: its entry stays
+    owner = (state / "baseline.json").stat()
+    assert (owner.st_uid, owner.st_gid) == (4242, 4343)
+
+
+def test_an_unreadable_baseline_blocks_writes_instead_of_being_replaced(
+    fake: FakeSysfs, tmp_path: Path, errno_overlay: Callable[[Path, dict[str, str]], Path]
+) -> None:
+    state = tmp_path / "state"
+    domain = rk3588(fake)["policy4"]
+    domain.baseline = Baseline(state, fake.root)
+    domain.write_cap(1000)
+    overlay = errno_overlay(state, {"baseline.json": "EACCES"})
+    baseline = Baseline(overlay, fake.root)
+    assert baseline.unreadable is not None and "Permission denied" in baseline.unreadable
+    domain.baseline = baseline
+    with pytest.raises(domains.DomainWriteError, match="the baseline is unreadable"):
+        domain.write_cap(600)
+    assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "816000"
