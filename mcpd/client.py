@@ -83,6 +83,11 @@ class Client:
                 self._connection.close()
                 if attempt == 2:
                     raise
+            except OSError:
+                # No socket yet, refused, timed out: leave the connection ready for the next call
+                # (http.client would otherwise refuse it with CannotSendRequest).
+                self._connection.close()
+                raise
         raise AssertionError("unreachable")
 
     def _json(self, method: str, path: str, body: object = None) -> Any:

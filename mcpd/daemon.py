@@ -79,6 +79,8 @@ class Daemon:
         )
         self.daemon_stats = status.DaemonStats()
         self.services: list[Service] = self._services()
+        self._requests_seen: dict[str, int] = {}
+        """Requests served per model at the previous live line (once a second)."""
         self._stop = asyncio.Event()
         self._reload = asyncio.Event()
 
@@ -139,8 +141,16 @@ class Daemon:
         return {"ok": True, **result}
 
     def _on_status(self, snapshot: Snapshot) -> None:
-        if self.live is not None:
-            self.live(f"t+{time.monotonic() - self._started:5.0f}s  {status.line(snapshot)}")
+        if self.live is None:
+            return
+        served = []
+        for name, stats in self.model_stats().items():
+            rate = stats.requests - self._requests_seen.get(name, stats.requests)
+            self._requests_seen[name] = stats.requests
+            latency = "" if stats.p50_ms is None else f" p50 {stats.p50_ms:.1f} ms"
+            served.append(f"{name} {rate} req/s{latency}")
+        tail = f" | {', '.join(served)}" if served else ""
+        self.live(f"t+{time.monotonic() - self._started:5.0f}s  {status.line(snapshot)}{tail}")
 
     # -- lifecycle -------------------------------------------------------------------------------
 

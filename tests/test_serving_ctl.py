@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +93,30 @@ def test_client_reconnects_and_reports_server_errors(served: Served) -> None:
         with pytest.raises(ServerError) as info:
             client.model_metadata("nope")
         assert (info.value.status, info.value.message) == (404, "unknown model 'nope'")
+
+
+def test_client_recovers_after_the_socket_appears(tmp_path: Path) -> None:
+    """A client made before mcpd binds its socket works once it is there (the demo's load does
+    exactly this while the daemon starts)."""
+    import socket as sockets
+
+    path = tmp_path / "late.sock"
+    client = Client(str(path), timeout=5.0)
+    with pytest.raises(FileNotFoundError):
+        client.live()
+    server = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def answer() -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    assert client.live()
+    thread.join()
+    client.close()
+    server.close()

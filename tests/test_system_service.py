@@ -133,12 +133,14 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     ns: Namespace | None = None
     try:
         board = SimulatedBoard(root / "board", logs / "simulator.log")
+        # The namespace has its own /tmp: a checkout under /tmp (a CI clone) is not visible there.
+        shutil.copy2(deb, root / deb.name)
         ns = Namespace(logs / "systemd.log")
         assert ns.wait_booted() in ("running", "degraded")
         # apt, as the README tells users to install it; dependencies are installed already.
         ns.run(
             "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
-            "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", str(deb),
+            "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", str(root / deb.name),
         )  # fmt: skip
         # The simulated board lives under /var/lib, which ProtectSystem=strict makes read-only.
         DROP_IN.mkdir(exist_ok=True)
