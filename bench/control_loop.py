@@ -36,11 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcpd import board, domains
 from mcpd.baseline import Baseline
 from mcpd.events import EventBus
-from mcpd.loop import ControlLoop, LoopSettings
+from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
+from mcpd.serving.worker import lower_priority
 from mcpd.sim import PROFILES, STATE_FILE, LoadSchedule, Simulator
 from sensors import SensorSet
 
 PYTHON = sys.executable
+# Simulated boards live on tmpfs, as sysfs is in memory: on a disk file system the simulator's
+# renames and the daemon's truncating writes go through the journal and cost milliseconds that no
+# real kernel attribute does.
+MEMORY = "/dev/shm" if Path("/dev/shm").is_dir() else None
 SIM_PID = "run/mcpd-sim/pid"
 
 
@@ -49,7 +54,7 @@ SIM_PID = "run/mcpd-sim/pid"
 
 @contextmanager
 def simulated_board(load: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder:
+    with tempfile.TemporaryDirectory(prefix="mcpd-bench-", dir=MEMORY) as folder:
         root = Path(folder) / "board"
         command = [
             PYTHON,
@@ -98,7 +103,7 @@ def onnx_model(path: Path) -> None:
 @contextmanager
 def inference_load(threads: int) -> Iterator[Callable[[], int]]:
     """`threads` Python threads each running an onnxruntime session flat out (one intra-op thread
-    each), as the daemon's inference workers do."""
+    each) at the inference workers' lower priority, as in the daemon."""
     with tempfile.TemporaryDirectory() as folder:
         model = Path(folder) / "hog.onnx"
         onnx_model(model)
@@ -113,6 +118,7 @@ def inference_load(threads: int) -> Iterator[Callable[[], int]]:
         x = np.random.default_rng(1).standard_normal((64, 512)).astype(np.float32)
 
         def work(index: int) -> None:
+            lower_priority()  # as mcpd's inference workers do (mcpd/serving/worker.py)
             while not stop.is_set():
                 sessions[index].run(None, {"x": x})
                 runs[index] += 1
@@ -148,6 +154,7 @@ def timing_run(
     name: str, load: Callable[[], AbstractContextManager[Callable[[], int]]], seconds: float
 ) -> dict[str, object]:
     with simulated_board("bursts:1/1") as root, tempfile.TemporaryDirectory() as state:
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as the daemon does
         loop = ControlLoop(
             root,
             board.detect(root),
@@ -236,7 +243,7 @@ def quality_run(
 
     Both are measured the same way: the governing temperature and power read through mcpd's own
     sensors every 0.2 s of simulated time."""
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(dir=MEMORY) as folder:
         sim = Simulator(PROFILES[profile], Path(folder) / "board", load=LoadSchedule.parse(load))
         sim.build()
         clock = FakeClock()

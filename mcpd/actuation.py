@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from governors import HysteresisGovernor, Verdict
+from governors import Action, HysteresisGovernor, Verdict
 from mcpd.config import DomainSection
 from mcpd.domains import DomainWriteError, FrequencyDomain
 from mcpd.events import Event, EventBus
@@ -97,7 +97,9 @@ class Actuators:
         return changes
 
     def apply(self, governor: HysteresisGovernor, verdict: Verdict) -> list[CapChange]:
-        changes = []
+        changes: list[CapChange] = []
+        if verdict.action is Action.HOLD:
+            return changes
         for control in self.controls.values():
             decision = governor.step_mhz(verdict, control.target, control.low, control.high)
             if not decision.changed:
@@ -110,9 +112,8 @@ class Actuators:
 
     def _write(self, control: DomainControl) -> CapChange | None:
         domain = control.domain
-        old = domain.read_cap_mhz()
         try:
-            new = domain.write_cap(control.target)
+            old, new = domain.change_cap(control.target)
         except DomainWriteError as exc:
             if not control.failing:
                 control.failing = True

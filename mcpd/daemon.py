@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 from mcpd import board, config, domains, status
 from mcpd.baseline import Baseline
 from mcpd.events import Event, EventBus
-from mcpd.loop import ControlLoop, LoopSettings
+from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
 from mcpd.notify import Notifier
 from mcpd.serving.service import InferenceService
 from mcpd.state import ModelStats, Snapshot
@@ -155,6 +156,7 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._stop.set)

@@ -103,13 +103,18 @@ class FrequencyDomain:
 
         Raises DomainWriteError if the baseline cannot be saved first or the kernel refuses.
         """
+        return self.change_cap(mhz)[1]
+
+    def change_cap(self, mhz: float) -> tuple[float | None, float]:
+        """write_cap, returning the cap before (None if unreadable) and after, in MHz."""
         raw = self.snap(mhz)
-        if self._read_raw(self.cap_path) == raw:
-            return raw / self.per_mhz
-        if self.baseline is not None:
-            self.baseline.remember(self)
-        self.write_raw(str(raw))
-        return raw / self.per_mhz
+        before = self._read_raw(self.cap_path)
+        old = None if before is None else before / self.per_mhz
+        if before != raw:
+            if self.baseline is not None:
+                self.baseline.remember(self)
+            self.write_raw(str(raw))
+        return old, raw / self.per_mhz
 
     def write_raw(self, value: str) -> None:
         try:
