@@ -24,7 +24,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -38,14 +40,10 @@ from mcpd.baseline import Baseline
 from mcpd.events import EventBus
 from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
 from mcpd.serving.worker import lower_priority
-from mcpd.sim import PROFILES, STATE_FILE, LoadSchedule, Simulator
+from mcpd.sim import MEMORY_DIR, PROFILES, STATE_FILE, LoadSchedule, Simulator
 from sensors import SensorSet
 
 PYTHON = sys.executable
-# Simulated boards live on tmpfs, as sysfs is in memory: on a disk file system the simulator's
-# renames and the daemon's truncating writes go through the journal and cost milliseconds that no
-# real kernel attribute does.
-MEMORY = "/dev/shm" if Path("/dev/shm").is_dir() else None
 SIM_PID = "run/mcpd-sim/pid"
 
 
@@ -54,7 +52,7 @@ SIM_PID = "run/mcpd-sim/pid"
 
 @contextmanager
 def simulated_board(load: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="mcpd-bench-", dir=MEMORY) as folder:
+    with tempfile.TemporaryDirectory(prefix="mcpd-bench-", dir=MEMORY_DIR) as folder:
         root = Path(folder) / "board"
         command = [
             PYTHON,
@@ -243,7 +241,7 @@ def quality_run(
 
     Both are measured the same way: the governing temperature and power read through mcpd's own
     sensors every 0.2 s of simulated time."""
-    with tempfile.TemporaryDirectory(dir=MEMORY) as folder:
+    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
         sim = Simulator(PROFILES[profile], Path(folder) / "board", load=LoadSchedule.parse(load))
         sim.build()
         clock = FakeClock()
@@ -322,30 +320,37 @@ SCENARIOS = (
 
 
 def quality(minutes: float) -> list[dict[str, object]]:
+    """Every scenario in its own process: simulated time is deterministic, so running them side by
+    side changes nothing but the wall-clock time."""
+    with ProcessPoolExecutor() as pool:
+        results = pool.map(quality_scenario, *zip(*SCENARIOS, strict=True), repeat(minutes))
+        return [row for rows in results for row in rows]
+
+
+def quality_scenario(profile: str, load: str, minutes: float) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    for profile, load in SCENARIOS:
-        uncapped = quality_run(profile, load, minutes, None, 1.0)["work"]
-        fraction, fixed = best_fixed(profile, load, minutes)
+    uncapped = quality_run(profile, load, minutes, None, 1.0)["work"]
+    fraction, fixed = best_fixed(profile, load, minutes)
+    rows.append(
+        {
+            "profile": profile,
+            "load": load,
+            "policy": f"best fixed cap ({fraction:.3f} x max)",
+            **fixed,
+            "work": round(fixed["work"] / uncapped, 3),
+        }
+    )
+    for hold in (0, 1000, 2000, 5000, 10000):
+        result = quality_run(profile, load, minutes, hold)
         rows.append(
             {
                 "profile": profile,
                 "load": load,
-                "policy": f"best fixed cap ({fraction:.3f} x max)",
-                **fixed,
-                "work": round(fixed["work"] / uncapped, 3),
+                "policy": f"governor, raise_hold_ms {hold}",
+                **result,
+                "work": round(result["work"] / uncapped, 3),
             }
         )
-        for hold in (0, 1000, 2000, 5000, 10000):
-            result = quality_run(profile, load, minutes, hold)
-            rows.append(
-                {
-                    "profile": profile,
-                    "load": load,
-                    "policy": f"governor, raise_hold_ms {hold}",
-                    **result,
-                    "work": round(result["work"] / uncapped, 3),
-                }
-            )
     return rows
 
 

@@ -5,7 +5,8 @@ the real daemon, idle and with the server at full load.
 
     .venv/bin/python bench/serving.py [--slices 6] [--seconds 0.75]
 
-The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
+"mcpd" sends the input in the body (binary tensor data), "mcpd_shm" through a registered system
+shared memory region. The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
 response reader), so that the client's own cost does not hide the server's, as Triton's
 perf_analyzer does; `mcpd.client` (http.client) at concurrency 1 is reported beside it. The machine
 is shared and noisy: every served slice is paired with an in-process slice taken just before it,
@@ -160,6 +161,32 @@ def mcpd_request(x: np.ndarray) -> bytes:
     )  # fmt: skip
 
 
+@contextmanager
+def shm_request(sock: str, x: np.ndarray) -> Iterator[bytes]:
+    """An infer request whose input lies in a registered system shared memory region (Triton's
+    extension, the way a local client passes a large tensor without sending it through the socket);
+    the small output still comes back in the body."""
+    key = f"mcpd-bench-{os.getpid()}"
+    Path(f"/dev/shm/{key}").write_bytes(x.tobytes())
+    try:
+        with Client(sock) as client:
+            client.request(
+                "POST",
+                "/v2/systemsharedmemory/region/input/register",
+                json.dumps({"key": key, "offset": 0, "byte_size": x.nbytes}).encode(),
+                {"Content-Type": "application/json"},
+            ).checked()
+        header = json.dumps({
+            "inputs": [{"name": "image", "datatype": "FP32", "shape": list(x.shape),
+                        "parameters": {"shared_memory_region": "input",
+                                       "shared_memory_byte_size": x.nbytes}}],
+            "parameters": {"binary_data_output": True},
+        }).encode()  # fmt: skip
+        yield http_request("/v2/models/m/infer", header, {"Content-Type": "application/json"})
+    finally:
+        os.unlink(f"/dev/shm/{key}")
+
+
 def peer_request(x: np.ndarray) -> bytes:
     return http_request(
         "/infer", json.dumps({"inputs": x.tolist()}).encode(), {"Content-Type": "application/json"}
@@ -255,8 +282,9 @@ def loop_timing(model: Model, folder: Path, seconds: float, loaded: bool) -> dic
         f'[daemon]\nsocket = "{sock}"\nstate_dir = "{run / "state"}"\n'
         f'[[models]]\nname = "m"\npath = "{model.path}"\nmax_batch = {max(model.batches)}\n'
     )
+    # The simulated board goes where mcpd puts it by default: on tmpfs, like sysfs.
     command = [sys.executable, "-m", "mcpd", "run", "--config", str(run / "mcpd.toml"),
-               "--simulate", "jetson-orin-nano", "--sim-root", str(run / "board")]  # fmt: skip
+               "--simulate", "jetson-orin-nano"]  # fmt: skip
     with process(command):
         wait_for(lambda: _ready(str(sock)), "the daemon")
         x = np.random.default_rng(0).random((1, *model.shape), np.float32)
@@ -294,9 +322,14 @@ def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict
         "best_batch": best,
     }
     # Served with the batch size that is best in-process: the comparison is like for like.
-    with mcpd_server(model, best, folder) as sock, peer_server(model) as port:
+    with (
+        mcpd_server(model, best, folder) as sock,
+        peer_server(model) as port,
+        shm_request(sock, x) as through_shm,
+    ):
         targets = {
             "mcpd": (lambda: asyncio.open_unix_connection(sock), mcpd_request(x)),
+            "mcpd_shm": (lambda: asyncio.open_unix_connection(sock), through_shm),
             "peer": (lambda: asyncio.open_connection("127.0.0.1", port), peer_request(x)),
         }
         for c in CONCURRENCY:

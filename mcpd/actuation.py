@@ -67,6 +67,7 @@ class Actuators:
         """Adopt discovered domains (new ones start from their cap), drop vanished ones, apply
         ranges; a cap outside its range is brought inside at once."""
         current: dict[str, DomainControl] = {}
+        adopted: list[FrequencyDomain] = []
         for domain in domains:
             override = overrides.get(domain.name)
             if override is not None and not override.enabled:
@@ -86,7 +87,9 @@ class Actuators:
                 cap = domain.read_cap_mhz()
                 start = domain.max_mhz if cap is None else cap
                 current[domain.name] = DomainControl(domain, low, high, min(max(start, low), high))
+                adopted.append(domain)
         self.controls = current
+        _save_baseline(adopted)
         changes = []
         for control in current.values():
             cap = control.domain.read_cap_mhz()
@@ -126,3 +129,16 @@ class Actuators:
             control.failing = False
             log.info("%s: cap writes work again", domain.name)
         return None if new == old else CapChange(domain.name, old, new)
+
+
+def _save_baseline(adopted: list[FrequencyDomain]) -> None:
+    """Save the original caps of newly adopted domains now, in one file write, so that the first
+    cap write of the control loop does not wait for the baseline's fsync (tens of milliseconds on
+    a journaled disk). Should it fail, each write tries again first and refuses without it."""
+    baseline = next((d.baseline for d in adopted if d.baseline is not None), None)
+    if baseline is None:
+        return
+    try:
+        baseline.remember(*adopted)
+    except DomainWriteError as exc:
+        log.warning("%s; trying again before each first write", exc)

@@ -1,6 +1,7 @@
 """The caps a board had before mcpd touched them, kept on disk so they can always be put back.
 
-Saved before the first write to each domain (tuned's save-then-apply pattern), restored on a clean
+Saved when mcpd adopts a domain, and in any case before the first write to it (tuned's
+save-then-apply pattern), restored on a clean
 stop and by `mcpd restore` from systemd's ExecStopPost after a crash, kill -9 or watchdog kill.
 A baseline from an earlier boot is stale (sysfs starts from the firmware's caps again) and is set
 aside rather than restored; so is a corrupt file. Restoring only writes to domains discovered on
@@ -102,27 +103,34 @@ class Baseline:
     def _relative(self, path: Path) -> str:
         return os.path.relpath(path, self.root)
 
-    def remember(self, domain: FrequencyDomain) -> None:
-        """Record the domain's current cap unless it is already recorded (the first value wins:
-        after a crash the caps in sysfs are mcpd's, the file holds the originals)."""
-        if domain.name in self.entries:
+    def remember(self, *domains: FrequencyDomain) -> None:
+        """Record the current cap of each domain not recorded yet (the first value wins: after a
+        crash the caps in sysfs are mcpd's, the file holds the originals), in one save. Raises
+        DomainWriteError, recording nothing, if a cap cannot be read or the file saved."""
+        new = [domain for domain in domains if domain.name not in self.entries]
+        if not new:
             return
+        names = ", ".join(domain.name for domain in new)
         if self.unreadable is not None:
             raise DomainWriteError(
-                f"{domain.name}: not written, the baseline is unreadable ({self.unreadable})"
+                f"{names}: not written, the baseline is unreadable ({self.unreadable})"
             )
-        value = domain.read_cap_text()
-        if value is None:
-            raise DomainWriteError(
-                f"{domain.name}: cannot read the original cap from {domain.cap_path}"
-            )
-        self.entries[domain.name] = {"path": self._relative(domain.cap_path), "value": value}
+        added = {}
+        for domain in new:
+            value = domain.read_cap_text()
+            if value is None:
+                raise DomainWriteError(
+                    f"{domain.name}: cannot read the original cap from {domain.cap_path}"
+                )
+            added[domain.name] = {"path": self._relative(domain.cap_path), "value": value}
+        self.entries.update(added)
         try:
             self._save()
         except OSError as exc:
-            del self.entries[domain.name]
+            for name in added:
+                del self.entries[name]
             raise DomainWriteError(
-                f"{domain.name}: cannot save the baseline to {self.path}: {exc}"
+                f"{names}: cannot save the baseline to {self.path}: {exc}"
             ) from exc
 
     def restore(self, domains: list[FrequencyDomain]) -> RestoreReport:

@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
     from mcpd.daemon import Daemon
-    from mcpd.sim import PROFILES, LoadSchedule, Simulator
+    from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
 
     path = args.config or (
@@ -63,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sim_thread: threading.Thread | None = None
     if args.simulate:
         created = args.sim_root is None
-        sim_root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-"))
+        sim_root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-", dir=MEMORY_DIR))
         try:
             simulator = Simulator(
                 PROFILES[args.simulate],

@@ -218,8 +218,9 @@ class ControlLoop:
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
             sampled = True
         if sampled:
-            if self._decide(now):
-                self.timing.sample_to_write_s.append(self.clock() - started)
+            written = self._decide(now)
+            if written is not None:
+                self.timing.sample_to_write_s.append(written - started)
             if not self.ready.is_set():
                 self.ready.set()
         # After the samples, so that re-discovery (milliseconds) never makes one late.
@@ -266,10 +267,12 @@ class ControlLoop:
                 Event("fault", f"{signal} readings are back", {"signal": signal, "recovered": True})
             )
 
-    def _decide(self, now: float) -> bool:
-        """Decide on the newest readings; True if a cap was written."""
+    def _decide(self, now: float) -> float | None:
+        """Decide on the newest readings; when a cap was written, the clock right after the write
+        (logs and events come after it and never delay it)."""
         readings = self._readings(now)
         changes: list[CapChange] = []
+        written = None
         governor = self.settings.governor
         verdict = governor.verdict(readings)
         if self.paused:
@@ -277,6 +280,8 @@ class ControlLoop:
         else:
             verdict, self._hold = self._hold.apply(verdict, now)
             changes = self.actuators.apply(governor, verdict)
+            if changes:
+                written = self.clock()
             for change in changes:
                 self._caps[change.domain] = change.new_mhz
             batch = self._step_batches(verdict)
@@ -286,7 +291,7 @@ class ControlLoop:
             states = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
             self._state = "fail-safe" if unknown else states[verdict.action]
         self.snapshot = self._build_snapshot()
-        return bool(changes)
+        return written
 
     def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
         changed: dict[str, tuple[int, int]] = {}

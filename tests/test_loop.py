@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import threading
@@ -144,6 +145,30 @@ def test_per_domain_override_and_disabled_domain(fake: FakeSysfs) -> None:
     assert cap(fake, NPU) == 300000000
     assert cap(fake, POLICY4) == 2400000  # left alone
     assert [d.name for d in loop.snapshot.domains] == ["fdab0000.npu"]
+
+
+def test_baseline_saved_when_domains_are_adopted_not_at_the_first_write(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)  # in the band: nothing to write
+    overrides = {"policy4": DomainSection(enabled=False)}
+    loop, clock, _ = make_loop(fake.root, LoopSettings(domain_overrides=overrides))
+    run_for(loop, clock, 1.0)
+    saved = json.loads((fake.root / "state/baseline.json").read_text())["domains"]
+    # A domain mcpd does not govern is not recorded.
+    assert saved == {
+        "fdab0000.npu": {"path": "sys/class/devfreq/fdab0000.npu/max_freq", "value": "1000000000"}
+    }
+
+
+def test_baseline_that_cannot_be_saved_at_start_is_retried_at_the_write(
+    fake: FakeSysfs, caplog: pytest.LogCaptureFixture
+) -> None:
+    board_with_meter(fake, 95.0, 5.0)
+    (fake.root / "state").write_text("not a folder")
+    loop, clock, seen = make_loop(fake.root)
+    assert "cannot save the baseline" in caplog.text
+    run_for(loop, clock, 1.0)
+    assert cap(fake, POLICY4) == 2400000  # never written without the original on record
+    assert any(e.kind == "fault" and "cannot save the baseline" in e.message for e in seen)
 
 
 def test_disjoint_range_uses_the_hardware_range(fake: FakeSysfs) -> None:

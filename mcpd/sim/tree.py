@@ -18,6 +18,11 @@ from mcpd.sim.profiles import CpuPolicy, Devfreq, HwmonChip, Profile, Rail, Zone
 
 _ZONE_POLICIES = "power_allocator user_space step_wise\n"
 
+MEMORY_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+"""Where a simulated board goes unless told otherwise: sysfs lives in memory, and on a disk file
+system the simulator's renames and the daemon's cap writes go through the journal, milliseconds
+each that no kernel attribute costs."""
+
 
 @dataclass
 class Dynamic:
