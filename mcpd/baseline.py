@@ -1,8 +1,8 @@
 """The caps a board had before mcpd touched them, kept on disk so they can always be put back.
 
 Saved when mcpd adopts a domain, and in any case before the first write to it (tuned's
-save-then-apply pattern), restored on a clean
-stop and by `mcpd restore` from systemd's ExecStopPost after a crash, kill -9 or watchdog kill.
+save-then-apply pattern); restored on a clean stop and by `mcpd restore` from systemd's
+ExecStopPost after a crash, kill -9 or watchdog kill.
 A baseline from an earlier boot is stale (sysfs starts from the firmware's caps again) and is set
 aside rather than restored; so is a corrupt file. Restoring only writes to domains discovered on
 the board now, at the path recorded: ExecStopPost runs privileged, and the file must never be a
