@@ -18,7 +18,7 @@ from mcpd.sim.profiles import CpuPolicy, Devfreq, HwmonChip, Profile, Rail, Zone
 
 _ZONE_POLICIES = "power_allocator user_space step_wise\n"
 
-MEMORY_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+MEMORY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
 """Where a simulated board goes unless told otherwise: sysfs lives in memory, and on a disk file
 system the simulator's renames and the daemon's cap writes go through the journal, milliseconds
 each that no kernel attribute costs."""
