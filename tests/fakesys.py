@@ -9,6 +9,7 @@ strings NUL-terminated); class entries are relative symlinks into /sys/devices.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -69,6 +70,15 @@ class FakeSysfs:
         self.values(rel, {"name": name, **attrs})
         self.link(f"sys/class/hwmon/hwmon{number}", rel)
         return rel
+
+    def renumber_hwmon(self, device_dir: str, old: int, new: int) -> None:
+        """Hotplug: the kernel removes the device's hwmon files and registers it again under a
+        new number (the folder under the device and the class link both change)."""
+        glue = self.root / device_dir / "hwmon"
+        shutil.copytree(glue / f"hwmon{old}", glue / f"hwmon{new}")
+        shutil.rmtree(glue / f"hwmon{old}")
+        (self.root / f"sys/class/hwmon/hwmon{old}").unlink()
+        self.link(f"sys/class/hwmon/hwmon{new}", f"{device_dir}/hwmon/hwmon{new}")
 
     def i2c_client(self, client: str, device_dir: str, driver: str, name: str) -> None:
         self.values(device_dir, {"name": name})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import threading
 from pathlib import Path
@@ -267,14 +266,7 @@ def test_vanished_sensor_and_renumbered_hwmon_are_rediscovered(fake: FakeSysfs) 
     board_with_meter(fake, 60.0, 5.0)
     loop, clock, events = make_loop(fake.root)
     run_for(loop, clock, 0.5)
-    device = fake.root / "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon"
-    # Hotplug: the kernel removes the device's files and registers it again under a new number.
-    shutil.copytree(device / "hwmon1", device / "hwmon9")
-    shutil.rmtree(device / "hwmon1")
-    (fake.root / "sys/class/hwmon/hwmon1").unlink()
-    fake.link(
-        "sys/class/hwmon/hwmon9", "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon9"
-    )
+    fake.renumber_hwmon("sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040", 1, 9)
     run_for(loop, clock, 2.0)
     assert loop.snapshot.power_w == pytest.approx(5.0)
     assert loop.snapshot.state != "fail-safe"

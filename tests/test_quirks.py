@@ -202,14 +202,7 @@ def test_hwmon_renumbered_is_noticed_and_rediscovered(fake: FakeSysfs) -> None:
     jetson_orin_nano_jp6(fake)
     sensors = SensorSet.discover(fake.root)
     assert sensors.sample_powers(0.0).watts == pytest.approx(6.005248)
-    device = fake.root / "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon"
-    # Hotplug: the kernel removes the device's files and registers it again under a new number.
-    shutil.copytree(device / "hwmon2", device / "hwmon7")
-    shutil.rmtree(device / "hwmon2")
-    (fake.root / "sys/class/hwmon/hwmon2").unlink()
-    fake.link(
-        "sys/class/hwmon/hwmon7", "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon7"
-    )
+    fake.renumber_hwmon("sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040", 2, 7)
     assert sensors.sample_powers(0.1).watts is None
     assert sensors.gone
     again = SensorSet.discover(fake.root)
