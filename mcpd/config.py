@@ -7,6 +7,9 @@ examples/mcpd.toml, which a test keeps in step with this file.
 
 from __future__ import annotations
 
+import os
+import reprlib
+import stat
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,6 +32,10 @@ else:  # pragma: no cover - exercised on Python 3.10 (JetPack 6)
     import tomli as tomllib
 
 DEFAULT_PATH = Path("/etc/mcpd/mcpd.toml")
+MAX_FILE_BYTES = 2**20
+"""Far above any real config (the example is 8 KiB); a larger file is a mistake, not a config."""
+MAX_NESTING = 16
+"""Deeper than any key path of the config (models[0].rknn.inputs[0].shape[0] is 6 levels)."""
 
 
 class ConfigError(Exception):
@@ -297,8 +304,18 @@ def _describe(error: Any) -> str:
         return f"{_key_path(loc)}: {message}"
     if loc and loc[-1] == "[key]":  # a table name, e.g. [governor.profiles.NAME]
         return f"{_key_path(loc[:-1])}: table name {message}"
-    return f"{_key_path(loc)}: {message}, got {error.get('input')!r}"
+    return f"{_key_path(loc)}: {message}, got {_SHORT.repr(error.get('input'))}"
 
+
+def _short_repr() -> reprlib.Repr:
+    """Quotes what a key was given without echoing a 4 000-digit number or a 500-deep list whole
+    (attributes, not keywords: Python 3.10 and 3.11 take none)."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxlong, short.maxother = 3, 60, 40, 60
+    return short
+
+
+_SHORT = _short_repr()
 
 _WORDING = (
     ("Value error, ", ""),
@@ -308,23 +325,85 @@ _WORDING = (
 )
 
 
+def _too_deep(data: dict[str, Any]) -> str | None:
+    """The key path of the first value nested deeper than MAX_NESTING, if any (pydantic's
+    recursion and error reports are then never exposed to it)."""
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if len(loc) > MAX_NESTING:
+            return _key_path(loc)
+        if isinstance(value, dict):
+            stack.extend((item, (*loc, str(key))) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((item, (*loc, index)) for index, item in enumerate(value))
+    return None
+
+
 def parse(data: dict[str, Any], source: str = "<config>") -> Config:
+    deep = _too_deep(data)
+    if deep is not None:
+        raise ConfigError(source, [f"{deep}: nested deeper than {MAX_NESTING} levels"])
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, [_describe(error) for error in exc.errors()]) from None
 
 
-def load(path: str | Path) -> Config:
-    """Read and validate a config file. Relative model paths are taken from the file's folder."""
-    path = Path(path)
+def _file_kind(mode: int) -> str:
+    kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+             stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
+    return kinds.get(stat.S_IFMT(mode), "not a plain file")
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, refused with a ConfigError unless it is a regular file of UTF-8 text of a
+    sane size. Opened non-blocking, so that a FIFO in its place cannot hang a reload."""
+    source = str(path)
     try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+        raise ConfigError(source, [f"cannot read: {exc.strerror}"]) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(source, [f"not a regular file ({_file_kind(mode)})"])
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read: {exc.strerror}"]) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(source, [f"larger than {MAX_FILE_BYTES} bytes: not a config file"])
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(
+            source, ["UTF-16 text (it starts with a byte-order mark); save it as UTF-8"]
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            source, [f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"]
+        ) from None
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate a config file. Relative model paths are taken from the file's folder.
+
+    Anything wrong with the file, hostile or not, is a ConfigError naming it: a reload must never
+    take the daemon down.
+    """
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError(str(path), ["not usable TOML: nested too deeply"]) from None
+    except ValueError as exc:  # Python's int() refuses numbers of more than 4 300 digits
+        raise ConfigError(str(path), [f"not usable TOML: {str(exc).split(';')[0]}"]) from None
     config = parse(data, str(path))
     models = tuple(
         model.model_copy(update={"path": str(path.parent / model.path)})

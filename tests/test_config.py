@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -201,3 +202,76 @@ def test_governor_profiles(tmp_path: Path) -> None:
         problem
         == "governor.profiles.Loud: table name expected a string matching '^[a-z0-9][a-z0-9_-]{0,31}$'"
     )
+
+
+HOSTILE = {
+    "not UTF-8": b'[daemon]\nlog_level = "\xff\xfe"\n',
+    "UTF-16 with a BOM": '[daemon]\nlog_level = "info"\n'.encode("utf-16"),
+    "5 000-digit integer": b"[sampling]\ntemperature_ms = " + b"9" * 5000 + b"\n",
+    "4 000-digit integer": b"[sampling]\ntemperature_ms = " + b"9" * 4000 + b"\n",
+    "arrays 10 000 deep": b"x = " + b"[" * 10_000 + b"]" * 10_000 + b"\n",
+    "tables 10 000 deep": b"x = " + b"{a = " * 10_000 + b"1" + b"}" * 10_000 + b"\n",
+    "valid TOML 500 deep": b"[daemon]\nsocket = " + b"[" * 500 + b"]" * 500 + b"\n",
+    "NUL byte": b"[daemon]\x00\n",
+    "valid TOML 20 deep": b"[daemon]\nsocket = " + b"[" * 20 + b"]" * 20 + b"\n",
+}
+
+
+def test_nesting_deeper_than_any_key_is_named() -> None:
+    data = {"daemon": {"socket": [[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]}}
+    with pytest.raises(config.ConfigError) as info:
+        config.parse(data)
+    assert info.value.problems == [
+        f"daemon.socket{'[0]' * (config.MAX_NESTING - 1)}: nested deeper than {config.MAX_NESTING} levels"
+    ]
+
+
+@pytest.mark.parametrize("content", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_files_give_one_clear_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "mcpd.toml"
+    path.write_bytes(content)
+    with pytest.raises(config.ConfigError) as info:
+        config.load(path)
+    assert info.value.source == str(path)
+    assert all(len(problem) < 300 for problem in info.value.problems), info.value.problems
+
+
+def test_a_file_too_big_to_be_a_config_is_refused_without_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "mcpd.toml"
+    with open(path, "wb") as file:
+        file.truncate(3 * 2**30)  # sparse: 3 GiB that cost nothing
+    assert problems_of(path) == [f"larger than {config.MAX_FILE_BYTES} bytes: not a config file"]
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(config.ConfigError) as info:
+        config.load(path)
+    return info.value.problems
+
+
+def test_a_fifo_directory_or_symlink_loop_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    assert problems_of(fifo) == ["not a regular file (a FIFO)"]
+    assert problems_of(tmp_path) == ["not a regular file (a directory)"]
+    loop = tmp_path / "loop.toml"
+    loop.symlink_to(loop)
+    assert problems_of(loop) == ["cannot read: Too many levels of symbolic links"]
+
+
+def test_a_symlink_to_a_config_is_followed(tmp_path: Path) -> None:
+    real = write(tmp_path, "[governor]\ntemp_high_c = 90.0\n")
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    assert config.load(link).governor.temp_high_c == 90.0
+
+
+@pytest.mark.parametrize("content", HOSTILE.values(), ids=HOSTILE.keys())
+def test_check_config_prints_one_line_and_no_traceback(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "mcpd.toml"
+    path.write_bytes(content)
+    result = subprocess.run([sys.executable, "-m", "mcpd", "check-config", str(path)],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"{path}: ") and result.stderr.count("\n") == 1, result.stderr
