@@ -101,9 +101,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
-        config.load(args.file)
+        cfg = config.load(args.file)
     except config.ConfigError as exc:
         print(exc, file=sys.stderr)
+        return 1
+    problems = config.model_file_problems(cfg)
+    if problems:
+        print(config.ConfigError(str(args.file), problems), file=sys.stderr)
         return 1
     print(f"{args.file}: OK")
     return 0

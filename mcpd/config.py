@@ -388,6 +388,27 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+def model_file_problems(config: Config) -> list[str]:
+    """What `mcpd check-config` finds wrong with the model files themselves. Not part of `load`:
+    the daemon reports a model that fails to load and serves the others."""
+    found = []
+    for index, model in enumerate(config.models):
+        try:
+            fd = os.open(model.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            found.append(f"models[{index}].path: cannot read {model.path}: {exc.strerror}")
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(mode):
+            found.append(
+                f"models[{index}].path: {model.path} is {_file_kind(mode)}, not a model file"
+            )
+    return found
+
+
 def load(path: str | Path) -> Config:
     """Read and validate a config file. Relative model paths are taken from the file's folder.
 

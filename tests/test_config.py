@@ -275,3 +275,16 @@ def test_check_config_prints_one_line_and_no_traceback(tmp_path: Path, content: 
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"{path}: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path) -> None:
+    (tmp_path / "folder.onnx").mkdir()
+    path = write(tmp_path, '[[models]]\nname = "a"\npath = "gone.onnx"\n'
+                           '[[models]]\nname = "b"\npath = "folder.onnx"\n')  # fmt: skip
+    result = subprocess.run([sys.executable, "-m", "mcpd", "check-config", str(path)],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{path}: models[0].path: cannot read {tmp_path}/gone.onnx: No such file or directory",
+        f"{path}: models[1].path: {tmp_path}/folder.onnx is a directory, not a model file",
+    ]
