@@ -90,7 +90,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.log_level is None:
             logging.getLogger().setLevel(first.daemon.log_level.upper())
         live = (lambda text: print(text, flush=True)) if args.live else None
-        return asyncio.run(Daemon(load, live=live).run())
+        daemon = Daemon(load, live=live, follow_log_level=args.log_level is None)
+        return asyncio.run(daemon.run())
     finally:
         stop_sim.set()
         if sim_thread is not None:
@@ -111,6 +112,31 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: OK")
     return 0
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    import os
+
+    from mcpd import reloading
+
+    pid = args.pid or os.environ.get("MAINPID", "")
+    if not pid.isdigit() or int(pid) <= 0:
+        print("mcpd reload: give the daemon's process id (--pid, or $MAINPID)", file=sys.stderr)
+        return 2
+    folder = Path(args.runtime_dir or reloading.runtime_dir(os.environ, str(_DEFAULT_SOCKET)))
+    try:
+        verdict = reloading.request(int(pid), folder, args.timeout)
+    except reloading.NoDaemon as exc:
+        print(f"mcpd reload: {exc}", file=sys.stderr)
+        return 2
+    if verdict is None:
+        print(f"mcpd reload: no verdict in {folder} within {args.timeout:g} s", file=sys.stderr)
+        return 2
+    print(verdict.message, file=sys.stdout if verdict.ok else sys.stderr)
+    return 0 if verdict.ok else 1
+
+
+_DEFAULT_SOCKET = config.DaemonSection().socket
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -216,6 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
     probe.add_argument("--json", action="store_true", help="machine-readable output")
     probe.set_defaults(func=cmd_probe, default_level="error")
+
+    reload = commands.add_parser(
+        "reload", help="reload the running daemon's config and wait for its verdict (ExecReload)"
+    )
+    reload.add_argument("--pid", help="the daemon's process id (default $MAINPID, as systemd sets)")
+    reload.add_argument("--runtime-dir",
+                        help="where the daemon writes its verdict (default $RUNTIME_DIRECTORY, "
+                             "else /run/mcpd)")  # fmt: skip
+    reload.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
+    reload.set_defaults(func=cmd_reload, default_level="warning")
 
     restore = commands.add_parser("restore", help="write the saved baseline caps back (idempotent)")
     restore.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from mcpd import board, config, domains, status
+from mcpd import board, config, domains, reloading, status
 from mcpd.baseline import Baseline
 from mcpd.events import Event, EventBus
 from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
@@ -54,9 +55,13 @@ class Daemon:
         *,
         notifier: Notifier | None = None,
         live: Callable[[str], None] | None = None,
+        follow_log_level: bool = False,
     ) -> None:
         self.load_config = load_config
         self.config = load_config()
+        self.follow_log_level = follow_log_level
+        """Apply [daemon] log_level on reload (not when --log-level fixed it)."""
+        self.runtime_dir = reloading.runtime_dir(os.environ, self.config.daemon.socket)
         self.profile = self.config.governor.profile
         # Reloads (main thread) and profile commands (telemetry thread) both set loop settings.
         self._settings_lock = threading.Lock()
@@ -219,13 +224,18 @@ class Daemon:
         self.events.publish(Event("daemon", "mcpd started", {"platform": self.board.platform}))
 
     async def reload(self) -> None:
+        """Apply the config file as it is now, or reject it whole; either way the verdict goes to
+        `mcpd reload` (systemd's ExecReload), which waits for it."""
+        began = time.monotonic()
         self.notifier.reloading()
         try:
             new = self.load_config()
         except config.ConfigError as exc:
-            log.error("reload rejected, the running configuration stays in force:\n%s", exc)
-            self.events.publish(Event("daemon", "reload rejected", {"problems": exc.problems}))
-            self.notifier.ready(status.line(self.loop.snapshot))
+            self._reject(began, exc.problems, str(exc))
+            return
+        except Exception as exc:  # nothing a file holds may end the daemon
+            log.exception("reading the configuration failed")
+            self._reject(began, [repr(exc)], f"unexpected error: {exc!r}")
             return
         kept = [
             key
@@ -247,6 +257,8 @@ class Daemon:
                 self.profile = new.governor.profile
             self.loop.request_reload(LoopSettings.from_config(new, self.profile))
             self.config = new
+        if self.follow_log_level:
+            logging.getLogger().setLevel(new.daemon.log_level.upper())
         for service in self.services:
             try:
                 await service.reload(new)
@@ -255,6 +267,16 @@ class Daemon:
         log.info("configuration reloaded")
         self.events.publish(Event("daemon", "configuration reloaded"))
         self.notifier.ready(status.line(self.loop.snapshot))
+        verdict = reloading.Verdict(os.getpid(), began, True, "configuration reloaded")
+        reloading.write(self.runtime_dir, verdict)
+
+    def _reject(self, began: float, problems: list[str], text: str) -> None:
+        # One journal line: the problems joined, so that `journalctl -p err` shows all of them.
+        log.error("reload rejected, the running configuration stays in force: %s",
+                  text.replace("\n", "; "))  # fmt: skip
+        self.events.publish(Event("daemon", "reload rejected", {"problems": problems}))
+        self.notifier.ready(status.line(self.loop.snapshot))
+        reloading.write(self.runtime_dir, reloading.Verdict(os.getpid(), began, False, text))
 
     def _restore(self) -> None:
         report = self.baseline.restore(domains.discover(self.root))

@@ -262,6 +262,19 @@ def test_reload_applies_a_changed_threshold(system: System) -> None:
     assert "configuration reloaded" in system.ns.journal("mcpd.service")
 
 
+def test_reload_of_a_rejected_config_fails_and_the_running_one_stays(system: System) -> None:
+    before = running(system, RELEASE)
+    CONFIG.write_bytes(f'[daemon]\nsysfs_root = "{system.root}/board"\n'.encode() + b"\xff\n")
+    try:
+        result = system.ns.run("systemctl", "reload", "mcpd.service", check=False)
+        assert result.returncode != 0
+        after = state(system)
+        assert (after["ActiveState"], after["MainPID"]) == ("active", before["MainPID"])
+        assert f"{CONFIG}: not UTF-8 text" in system.ns.journal("mcpd.service")
+    finally:
+        configure(system, RELEASE)
+
+
 def test_socket_activation_starts_mcpd_on_the_first_connection(system: System) -> None:
     running(system)
     system.ns.systemctl("stop", "mcpd.service")

@@ -1,0 +1,121 @@
+"""`mcpd reload`: a reload that waits for the daemon's verdict, for systemd's ExecReload.
+
+`kill -HUP` returns before the daemon has read the file, so `systemctl reload` reported success for a
+config the daemon then rejected. Here the daemon, after each reload, writes its verdict to
+`reload-verdict.json` in its runtime directory (atomically: a fresh temporary file renamed over
+it), stamped with its pid and the CLOCK_MONOTONIC time at which that reload *began*, before it read
+the config. `mcpd reload` notes the monotonic time, sends SIGHUP, and waits for a verdict of that
+pid that began after that time: only a reload that began after the signal can have read the file
+as it is now, so neither an older verdict nor one of a reload already under way is mistaken for
+the answer (CLOCK_MONOTONIC is one clock for every process of a boot, which is also how systemd's
+own RELOADING=1 + MONOTONIC_USEC handshake tells reloads apart; sd_notify(3)). Several signals
+that arrive during one reload are answered by the next one, which reads the newest file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger("mcpd")
+
+VERDICT_FILE = "reload-verdict.json"
+DEFAULT_RUNTIME_DIR = Path("/run/mcpd")
+_MAX_VERDICT_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class Verdict:
+    pid: int
+    began: float
+    """CLOCK_MONOTONIC seconds when the reload began, before the config was read."""
+    ok: bool
+    message: str
+
+
+def runtime_dir(environ: Mapping[str, str], socket: str) -> Path:
+    """systemd's RuntimeDirectory= (it sets $RUNTIME_DIRECTORY for the daemon and for ExecReload
+    alike); without systemd, the folder of the daemon's socket."""
+    given = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return Path(given) if given else Path(socket).parent
+
+
+def write(folder: Path, verdict: Verdict) -> None:
+    """Publish a verdict; a failure is logged, never raised (the reload itself has happened)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # mkstemp: O_EXCL with a fresh name, so nothing planted in the folder is written through.
+        fd, tmp = tempfile.mkstemp(prefix=".reload-verdict-", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as file:
+                json.dump(asdict(verdict), file)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, folder / VERDICT_FILE)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        log.error("reload: cannot write the verdict to %s (%s)", folder, exc.strerror or exc)
+
+
+def read(folder: Path) -> Verdict | None:
+    """The newest verdict, or None when there is none or it is not one."""
+    try:
+        fd = os.open(
+            folder / VERDICT_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        )
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _MAX_VERDICT_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        fields = json.loads(data)
+        return Verdict(int(fields["pid"]), float(fields["began"]), bool(fields["ok"]),
+                       str(fields["message"]))  # fmt: skip
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+class NoDaemon(Exception):
+    """The process to reload does not exist (or is not ours to signal)."""
+
+
+def request(
+    pid: int,
+    folder: Path,
+    timeout_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Verdict | None:
+    """Signal the daemon to reload and wait for its verdict on it; None after `timeout_s`."""
+    asked = clock()
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as exc:
+        raise NoDaemon(f"cannot signal process {pid}: {exc.strerror}") from None
+    deadline = asked + timeout_s
+    while clock() < deadline:
+        verdict = read(folder)
+        if verdict is not None and verdict.pid == pid and verdict.began > asked:
+            return verdict
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            raise NoDaemon(f"process {pid} ended before it answered") from None
+        sleep(0.05)
+    return None
