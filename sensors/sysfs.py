@@ -7,6 +7,13 @@ the hwmon of a down wifi device EIO, an unplugged device ENODEV (sysfs-layouts.m
 journal at 10 Hz, so each attribute logs the first failure of an outage and its recovery only.
 Any OSError counts, not just those: the daemon must not die of a sensor (RAPL's energy_uj answers
 EACCES to non-root since Linux 5.10, CVE-2020-8694).
+
+Nor may a file that is not a kernel attribute stop the loop. sysfs attributes are regular files of
+at most one page whose values the kernel prints with `%d`-style formats (docs/sysfs.md), so every
+open is non-blocking (a FIFO in a sensor's place would otherwise hang open() for good), anything
+that is not a regular file (FIFO, device such as /dev/zero, socket) is a fault, a read is bounded to
+one page and a longer file is a fault, and a value the kernel cannot print (`-0`, `+5`, `007`,
+`1_000`) is a fault too.
 """
 
 from __future__ import annotations
@@ -14,16 +21,52 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
+import stat
 from pathlib import Path
 
 log = logging.getLogger("mcpd.sensors")
 
 _READ_SIZE = 4096  # one sysfs page: no attribute is longer
 
+# What the kernel's %d, %u, %ld and %lld print: no sign but "-", no leading zero, no "-0", at most
+# the 19 digits of a 64-bit value.
+_DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,18}", re.ASCII)
+
+_FAILURES: dict[str, str] = {}
+"""Path -> why it is failing, for every attribute in a fault episode. Per path rather than per
+Attribute, so that re-discovery (new Attribute objects for the same files) does not start a second
+episode in the log. Only the control loop's thread reads sensors."""
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for error messages."""
+    kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+             stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
+    return kinds.get(stat.S_IFMT(mode), "not a plain file")
+
+
+class NotAnAttribute(OSError):
+    """A file in a sensor's place that no kernel serves (FIFO, device, socket, or too long)."""
+
+
+def open_attribute(path: str | Path) -> int:
+    """A descriptor for reading an attribute, opened without ever blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAnAttribute(f"{file_kind(mode)}, not a sysfs attribute")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
 
 def read_text(path: str | Path) -> str:
-    """Read a whole attribute. Raises OSError; callers in the loop use `Attribute` instead."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    """Read a whole attribute (its first page). Raises OSError; callers in the loop use
+    `Attribute` instead."""
+    fd = open_attribute(path)
     try:
         return os.read(fd, _READ_SIZE).decode("ascii", errors="replace")
     finally:
@@ -45,26 +88,21 @@ def read_line(path: str | Path) -> str | None:
 
 
 def parse_int(text: str) -> int | None:
-    """Parse a decimal sysfs value ("41468\\n", "-256000\\n"); None for empty or non-numeric."""
+    """Parse a decimal sysfs value ("41468\\n", "-256000\\n"); None for empty, non-numeric, or
+    anything the kernel's integer formats cannot print."""
     text = text.strip("\x00 \t\n")
-    if not text:
-        return None
-    try:
-        return int(text, 10)
-    except ValueError:
-        return None
+    return int(text) if _DECIMAL.fullmatch(text) else None
 
 
 class Attribute:
     """One sysfs attribute read on every sample, tolerant of the errors real kernels return."""
 
-    __slots__ = ("_failure", "_fd", "_replaceable", "path")
+    __slots__ = ("_fd", "_replaceable", "path")
 
     def __init__(self, path: str | Path) -> None:
         # Resolved once: opening through /sys/class/... symlinks costs a third more, and when the
         # device goes away the resolved path vanishes too, which is what `gone` wants.
         self.path = os.path.realpath(path)
-        self._failure: str | None = None
         self._fd: int | None = None
         # A kernel attribute is never replaced while open (a removed one answers ENODEV), so only
         # a fake tree (the simulator, tests) needs the link-count check before each read.
@@ -85,18 +123,18 @@ class Attribute:
         """Read through a kept file descriptor: sysfs regenerates an attribute on every read at
         offset 0, so pread() costs a fifth of open+read+close. A file replaced under us (the
         simulator renames new values into place) has no links left: then, and after any error
-        (a device going away answers ENODEV), open the path afresh."""
+        (a device going away answers ENODEV) or bad value, open the path afresh."""
         fd = self._fd
         if fd is not None:
             try:
                 if not self._replaceable or os.fstat(fd).st_nlink:
-                    return os.pread(fd, _READ_SIZE, 0).decode("ascii", errors="replace")
+                    return _page(fd)
             except OSError:
                 pass
             self.close()
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_attribute(self.path)
         try:
-            text = os.pread(fd, _READ_SIZE, 0).decode("ascii", errors="replace")
+            text = _page(fd)
         except OSError:
             os.close(fd)
             raise
@@ -107,12 +145,15 @@ class Attribute:
         """The attribute's integer value; None if unreadable, non-numeric or outside [low, high]."""
         try:
             text = self._read()
+        except NotAnAttribute as exc:
+            self._failed(str(exc))
+            return None
         except OSError as exc:
             self._failed(errno.errorcode.get(exc.errno or 0, str(exc)))
             return None
         value = parse_int(text)
         if value is None:
-            self._failed(f"non-numeric value {text[:32]!r}")
+            self._failed(f"not a kernel integer: {text[:32]!r}")
             return None
         if (low is not None and value < low) or (high is not None and value > high):
             self._failed(f"implausible value {value}")
@@ -124,24 +165,33 @@ class Attribute:
         self._failed(f"implausible value {value:g} {unit}")
 
     def _failed(self, why: str) -> None:
-        if self._failure is None:
+        # Whatever gave a bad value is not kept: the next read opens the path afresh (a file that
+        # was replaced by a link to /dev/zero and then restored is read again).
+        self.close()
+        if self.path not in _FAILURES:
             log.warning("%s: unavailable (%s); logged once until it recovers", self.path, why)
-        self._failure = why
+        _FAILURES[self.path] = why
 
     def _ok(self, value: int) -> int:
-        if self._failure is not None:
+        if _FAILURES.pop(self.path, None) is not None:
             log.info("%s: readable again", self.path)
-            self._failure = None
         return value
 
     @property
     def failing(self) -> bool:
-        return self._failure is not None
+        return self.path in _FAILURES
 
     @property
     def gone(self) -> bool:
         """True once the file itself has vanished (hotplug, renumbered hwmon): time to re-discover."""
-        return self._failure == "ENOENT"
+        return _FAILURES.get(self.path) == "ENOENT"
+
+
+def _page(fd: int) -> str:
+    data = os.pread(fd, _READ_SIZE + 1, 0)
+    if len(data) > _READ_SIZE:
+        raise NotAnAttribute(f"longer than a sysfs attribute ({_READ_SIZE} bytes)")
+    return data.decode("ascii", errors="replace")
 
 
 def list_dir(path: str | Path) -> list[str]:
