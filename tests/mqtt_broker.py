@@ -29,6 +29,7 @@ from paho.mqtt.properties import Properties
 
 from mcpd.config import MqttSection
 from mcpd.telemetry.publisher import Publisher
+from mcpd.telemetry.spool import Spool
 from tests.mqtt_status import FakeBoard
 
 
@@ -273,9 +274,12 @@ def publishing(
     status: Callable[[], Any] | None = None,
     run_command: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Iterator[Publisher]:
-    publisher = Publisher(
-        mqtt, device, folder / "telemetry.spool", status or FakeBoard(), run_command
-    )
+    spool = folder / "telemetry.spool"
+    if not spool.exists():
+        # Count `seq` from 0, as on a board whose clock reads 1970 at its first start (else the
+        # first number is ten per second of Unix time: see mcpd/telemetry/spool.py).
+        Spool.open(spool, 10, time.monotonic, wall=lambda: 0.0).close()
+    publisher = Publisher(mqtt, device, spool, status or FakeBoard(), run_command)
     publisher.start()
     try:
         yield publisher

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from mcpd.telemetry import journal
-from mcpd.telemetry.spool import SEQ_RESERVE, Spool
+from mcpd.telemetry.spool import SEQ_PER_S, SEQ_RESERVE, Spool
+from tests.test_sensor_files import within
 
 
 class Clock:
@@ -59,13 +62,14 @@ def test_when_full_the_oldest_telemetry_goes_first_and_events_last() -> None:
 def test_a_clean_close_keeps_what_is_owed_and_the_exact_next_seq(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.spool"
     spool = Spool.open(path, 100, Clock())
-    assert [spool.next_seq() for _ in range(3)] == [0, 1, 2]
+    first = spool.next_seq()
+    assert [spool.next_seq() for _ in range(2)] == [first + 1, first + 2]
     ids = fill(spool, "tetet")
     spool.remove(ids[0])
     spool.remove(ids[1])
     spool.close()
     again = Spool.open(path, 100, Clock())
-    assert again.next_seq() == 3
+    assert again.next_seq() == first + 3
     assert drain(again) == [b"t2", b"e3", b"t4"]
 
 
@@ -90,7 +94,7 @@ def test_messages_handed_to_the_broker_stay_off_disk_until_the_link_fails(tmp_pa
     ids = fill(spool, "ttt")
     spool.persist(cursor=ids[-1])  # all three in flight: nothing to journal
     assert drain(Spool.open(path.with_name("copy"), 100, Clock())) == []
-    assert path.stat().st_size == len(journal.MAGIC) + len(journal.seq_frame(0))
+    assert path.stat().st_size == len(journal.MAGIC) + len(journal.seq_frame(0))  # seq only
     spool.persist(cursor=0)  # the link failed before the acks: now they wait
     assert drain(Spool.open(path, 100, Clock())) == [b"t0", b"t1", b"t2"]
 
@@ -130,17 +134,48 @@ def test_shrinking_the_spool_drops_the_oldest_telemetry(tmp_path: Path) -> None:
     assert drain(spool) == [b"e1", b"t3", b"t4"]
 
 
-# Five messages, the damage in the last frame: four are kept.
+def middle(data: bytes, change: Callable[[bytearray, int], None]) -> bytes:
+    """The file with `change` applied at the start of its third ADD frame (of five)."""
+    damaged = bytearray(data)
+    starts = [i for i in range(len(data)) if data.startswith(journal.MARKER, i)]
+    change(damaged, starts[3])  # frame 0 is the SEQ frame
+    return bytes(damaged)
+
+
+def flip(at: int) -> Callable[[bytearray, int], None]:
+    def change(data: bytearray, start: int) -> None:
+        data[start + at] ^= 0x40
+
+    return change
+
+
+# Five messages, damage in one frame: that one is lost, the others kept, before and after it.
 @pytest.mark.parametrize(
     ("damage", "kept", "problem"),
     [
         (lambda data: data[:-3], 4, "truncated frame"),
         (lambda data: data[:-20] + b"\xff" + data[-19:], 4, "checksum mismatch"),
+        (lambda data: middle(data, flip(20)), 4, "checksum mismatch"),
+        (lambda data: middle(data, flip(7)), 4, "truncated frame"),  # its length, 16 MiB too long
+        (lambda data: middle(data, flip(1)), 4, "no frame marker"),
+        (
+            lambda data: middle(data, lambda d, i: d.__setitem__(slice(i, i), b"junk" * 99)),
+            5,
+            "no frame marker",
+        ),
         (lambda data: b"garbage" + data, 0, "bad magic"),
     ],
-    ids=["torn tail", "bit rot", "not a spool"],
+    ids=[
+        "torn tail",
+        "bit rot",
+        "bit rot inside",
+        "length flipped",
+        "marker flipped",
+        "junk inserted",
+        "not a spool",
+    ],
 )
-def test_a_damaged_file_is_set_aside_and_what_came_before_the_damage_is_kept(
+def test_a_damaged_file_costs_only_the_damaged_frames_and_is_set_aside(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object, kept: int, problem: str
 ) -> None:
     path = tmp_path / "telemetry.spool"
@@ -151,9 +186,9 @@ def test_a_damaged_file_is_set_aside_and_what_came_before_the_damage_is_kept(
     with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
         again = Spool.open(path, 100, Clock())
     assert len(drain(again)) == kept
-    aside = list(tmp_path.glob("telemetry.spool.corrupt-*"))
-    assert len(aside) == 1
-    assert problem in caplog.text and aside[0].name in caplog.text
+    aside = tmp_path / "telemetry.spool.corrupt"
+    assert aside.exists()
+    assert problem in caplog.text and aside.name in caplog.text
     fill(again, "t")  # and the fresh file works
     again.close()
     assert drain(Spool.open(path, 100, Clock())) == [b"t0"]
@@ -171,3 +206,99 @@ def test_an_unusable_state_dir_means_memory_only_with_a_log_line(
     spool.persist(cursor=0)
     spool.close()
     assert drain(spool) == [b"t0", b"e1"]
+
+
+def test_a_large_spool_is_streamed_and_replayed_within_the_bound(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.spool"
+    payload = b"x" * 4000
+    with open(path, "wb") as file:  # 32 MiB: 8 000 messages, all but the last 50 delivered
+        file.write(journal.MAGIC)
+        for ident in range(1, 8001):
+            file.write(journal.add_frame(journal.Message(ident, "telemetry", payload)))
+        file.write(journal.done_frame(range(1, 7951)))
+    tracemalloc.start()
+    try:
+        spool = Spool.open(path, 20, Clock())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"{peak / 2**20:.1f} MiB held to replay a 32 MiB spool"
+    assert len(spool) == 20 and spool.dropped == 30  # the bound applies while replaying
+    assert len(drain(spool)) == 20
+
+
+def test_a_fifo_or_a_symlink_as_the_spool_is_refused_without_blocking(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "telemetry.spool"
+    os.mkfifo(path)
+    with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
+        spool = within(5, lambda: Spool.open(path, 100, Clock()))
+    assert "not a regular file (a FIFO)" in caplog.text
+    fill(spool, "t")
+    spool.close()
+    assert drain(Spool.open(path, 100, Clock())) == [b"t0"]
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    path.unlink()
+    path.symlink_to(victim)
+    (tmp_path / "telemetry.spool.tmp").symlink_to(victim)  # the name temporaries once had
+    spool = Spool.open(path, 100, Clock())
+    fill(spool, "t")
+    spool.persist(cursor=0)
+    spool.close()
+    assert victim.read_text() == "precious\n"
+    assert not path.is_symlink() and drain(Spool.open(path, 100, Clock())) == [b"t0"]
+
+
+def wall(seconds: float) -> Callable[[], float]:
+    return lambda: seconds
+
+
+def test_seq_starts_from_the_clock_floor_without_a_record(tmp_path: Path) -> None:
+    spool = Spool.open(tmp_path / "telemetry.spool", 100, Clock(), wall=wall(1000.0))
+    assert spool.next_seq() == 1000 * SEQ_PER_S
+
+
+@pytest.mark.parametrize(
+    "harm",
+    [
+        lambda seq: seq.unlink(),
+        lambda seq: seq.write_text(seq.read_text().replace("1", "7")),
+        lambda seq: (seq.unlink(), seq.mkdir()),
+        lambda seq: (seq.unlink(), os.mkfifo(seq)),
+    ],
+    ids=["missing", "bit rot", "a directory", "a FIFO"],
+)
+def test_any_doubt_about_the_seq_record_jumps_forward(
+    tmp_path: Path, harm: Callable[[Path], object], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock(), wall=wall(100.0))
+    issued = [spool.next_seq() for _ in range(1500)]  # past the first reservation
+    fill(spool, "t")
+    spool.persist(cursor=0)  # then a crash
+    harm(tmp_path / "telemetry.seq")
+    with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
+        again = within(5, lambda: Spool.open(path, 100, Clock(), wall=wall(100.0)))
+    assert again.next_seq() > max(issued)
+    assert "so that no number is used twice" in caplog.text
+    assert drain(again) == [b"t0"]
+
+
+def test_a_reservation_that_cannot_be_saved_leaves_no_stale_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock(), wall=wall(100.0))
+    assert (tmp_path / "telemetry.seq").exists()
+
+    def full_disk(target: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal, "replace_atomically", full_disk)
+    issued = [spool.next_seq() for _ in range(1500)]  # the second reservation fails
+    assert not (tmp_path / "telemetry.seq").exists()
+    monkeypatch.undo()
+    again = Spool.open(path, 100, Clock(), wall=wall(100.0))  # after a crash
+    assert again.next_seq() > max(issued)

@@ -1,42 +1,54 @@
-"""The spool's file: an append-only journal of checksummed frames, compacted by atomic rewrite.
+"""The spool's file: an append-only journal of self-delimiting frames, compacted by atomic rewrite.
 
-Layout: the magic `MCPDSPL1`, then frames of `type (1 byte) | body length (4) | CRC-32 of type and
-body (4) | body`, big-endian:
+Layout: the magic `MCPDSPL2`, then frames of `marker (4 bytes A5 5A C3 3C) | type (1) | body length
+(4) | CRC-32 of type, length and body (4) | body`, big-endian:
 
 - ADD  (1): message id (8), kind (1: 0 telemetry, 1 event), payload
 - DONE (2): message ids (8 each) delivered or dropped since they were added
 - SEQ  (3): the next telemetry `seq` (8), reserved ahead so that it never goes back after a crash
 
-Replaying the frames in order gives the messages still owed to the broker. A crash can tear the
-last frame (a power cut) and a disk can rot; either way the frames before the damage are kept, the
-file is set aside (renamed `*.corrupt-<unix time>`) for a person to look at, and a fresh file is
-written. Appends are one `write()` per batch and reach the page cache at once, so a daemon crash
-loses nothing; `fsync` is the caller's choice (see Spool). Rewrites are atomic: temporary file,
-fsync, rename, fsync of the folder.
+Replaying the frames in order gives the messages still owed to the broker. A damaged frame (a torn
+tail after a power cut, bit rot, a flipped length) costs that frame only: the reader looks for the
+next marker whose frame checks out and carries on from there (a stray marker inside a payload
+fails the checksum). The file is read in chunks of `CHUNK` bytes, so a large spool is never held
+whole. A damaged file is set aside as `<name>.corrupt` (one, the newest) for a person to look at
+and a fresh file is written; a file that is not a regular file (a FIFO, a symlink, a device) is
+never read, so it cannot block the publisher. Appends are one `write()` per batch and reach the
+page cache at once, so a daemon crash loses nothing; `fsync` is the caller's choice (see Spool).
+Rewrites are atomic: a fresh temporary file (O_EXCL, so nothing planted is written through), fsync,
+rename, fsync of the folder.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import struct
-import time
+import tempfile
 import zlib
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from sensors.sysfs import file_kind
 
 log = logging.getLogger("mcpd.telemetry")
 
 Kind = Literal["telemetry", "event"]
 KINDS: tuple[Kind, ...] = ("telemetry", "event")
-MAGIC = b"MCPDSPL1"
+MAGIC = b"MCPDSPL2"
+MARKER = b"\xa5\x5a\xc3\x3c"
 ADD, DONE, SEQ = 1, 2, 3
-_HEAD = struct.Struct(">BII")
+_HEAD = struct.Struct(">4sBII")
+_CHECKED = struct.Struct(">BI")
 _ADD = struct.Struct(">QB")
 _ID = struct.Struct(">Q")
-_MAX_FRAME = 64 * 2**20
+MAX_BODY = 4 * 2**20
+"""No message is this large (a telemetry document is a few KiB); a longer frame is damage."""
+CHUNK = 2**20
 
 
 @dataclass(frozen=True)
@@ -46,17 +58,11 @@ class Message:
     payload: bytes
 
 
-@dataclass(frozen=True)
-class Replay:
-    messages: dict[int, Message] = field(default_factory=dict)
-    """Messages still owed, by id."""
-    seq: int = 0
-    problem: str | None = None
-    """Why the file was not read to its end, with the byte offset; None when it was."""
-
-
 def frame(kind: int, body: bytes) -> bytes:
-    return _HEAD.pack(kind, len(body), zlib.crc32(bytes([kind]) + body)) + body
+    if len(body) > MAX_BODY:
+        raise ValueError(f"frame body of {len(body)} bytes exceeds {MAX_BODY}")
+    checked = _CHECKED.pack(kind, len(body))
+    return MARKER + checked + zlib.crc32(body, zlib.crc32(checked)).to_bytes(4, "big") + body
 
 
 def add_frame(message: Message) -> bytes:
@@ -71,56 +77,189 @@ def seq_frame(seq: int) -> bytes:
     return frame(SEQ, _ID.pack(seq))
 
 
-def _apply(kind: int, body: bytes, messages: dict[int, Message]) -> int | None:
-    """Apply one frame; returns the reserved seq for SEQ frames. Raises ValueError if malformed."""
-    if kind == ADD and len(body) >= _ADD.size:
-        ident, kind_index = _ADD.unpack_from(body)
-        if kind_index >= len(KINDS):
-            raise ValueError(f"unknown message kind {kind_index}")
-        messages[ident] = Message(ident, KINDS[kind_index], body[_ADD.size :])
-    elif kind == DONE and len(body) % _ID.size == 0:
-        for (ident,) in _ID.iter_unpack(body):
-            messages.pop(ident, None)
-    elif kind == SEQ and len(body) == _ID.size:
-        return int(_ID.unpack(body)[0])
-    else:
-        raise ValueError(f"malformed frame of type {kind}")
+def parse_add(body: bytes) -> Message:
+    if len(body) < _ADD.size:
+        raise ValueError("short ADD frame")
+    ident, kind_index = _ADD.unpack_from(body)
+    if kind_index >= len(KINDS):
+        raise ValueError(f"unknown message kind {kind_index}")
+    return Message(ident, KINDS[kind_index], body[_ADD.size :])
+
+
+def parse_ids(body: bytes) -> list[int]:
+    if len(body) % _ID.size:
+        raise ValueError("DONE frame of a broken length")
+    return [ident for (ident,) in _ID.iter_unpack(body)]
+
+
+def parse_seq(body: bytes) -> int:
+    if len(body) != _ID.size:
+        raise ValueError("SEQ frame of a broken length")
+    return int(_ID.unpack(body)[0])
+
+
+class Damage:
+    """What a reader skipped: how many damaged regions, and the first one's offset and reason."""
+
+    def __init__(self) -> None:
+        self.regions = 0
+        self.first: str | None = None
+        self._inside = False
+
+    def note(self, offset: int, reason: str) -> None:
+        if not self._inside:
+            self.regions += 1
+            self.first = self.first or f"{reason} at byte {offset}"
+        self._inside = True
+
+    def good(self) -> None:
+        self._inside = False
+
+    def __str__(self) -> str:
+        more = f" and {self.regions - 1} more damaged regions" if self.regions > 1 else ""
+        return f"{self.first}{more}"
+
+
+def read_frames(read: Callable[[int], bytes], damage: Damage) -> Iterator[tuple[int, int, bytes]]:
+    """(offset, type, body) of every frame that checks out, streaming through `read`."""
+    buf = bytearray()
+    base = pos = 0  # file offset of buf[0]; position in buf
+    eof = False
+
+    def fill(size: int) -> bool:
+        nonlocal eof
+        while len(buf) < size and not eof:
+            chunk = read(CHUNK)
+            eof = not chunk
+            buf.extend(chunk)
+        return len(buf) >= size
+
+    if not fill(len(MAGIC)) or buf[: len(MAGIC)] != MAGIC:
+        damage.note(0, "not a spool file (bad magic)")
+        return
+    pos = len(MAGIC)
+    while True:
+        if pos >= CHUNK:  # keep the buffer about one chunk long
+            del buf[:pos]
+            base, pos = base + pos, 0
+        if not fill(pos + 1):
+            return
+        problem = _check(buf, pos, fill)
+        if problem is None:
+            length = _HEAD.unpack_from(buf, pos)[2]
+            yield base + pos, buf[pos + 4], bytes(buf[pos + _HEAD.size : pos + _HEAD.size + length])
+            damage.good()
+            pos += _HEAD.size + length
+            continue
+        damage.note(base + pos, problem)
+        while (found := buf.find(MARKER, pos + 1)) < 0:  # resynchronise at the next marker
+            keep = max(pos + 1, len(buf) - len(MARKER) + 1)
+            del buf[:keep]
+            base, pos = base + keep, -1
+            if not fill(len(buf) + 1):
+                return
+        pos = found
+
+
+def _check(buf: bytearray, pos: int, fill: Callable[[int], bool]) -> str | None:
+    """Why the frame at `pos` is not one, or None when it checks out (then it is in `buf`)."""
+    if not fill(pos + _HEAD.size):
+        return "truncated frame header"
+    marker, _, length, crc = _HEAD.unpack_from(buf, pos)
+    if marker != MARKER:
+        return "no frame marker"
+    if length > MAX_BODY:
+        return "impossible frame length"
+    if not fill(pos + _HEAD.size + length):
+        return "truncated frame"
+    body = memoryview(buf)[pos + _HEAD.size : pos + _HEAD.size + length]
+    try:
+        if zlib.crc32(body, zlib.crc32(buf[pos + 4 : pos + 9])) != crc:
+            return "checksum mismatch"
+    finally:
+        body.release()
     return None
 
 
-def replay(data: bytes) -> Replay:
-    if not data.startswith(MAGIC):
-        return Replay(problem="not a spool file (bad magic) at byte 0")
-    messages: dict[int, Message] = {}
-    seq, pos, problem = 0, len(MAGIC), None
-    while pos < len(data):
-        if len(data) - pos < _HEAD.size:
-            problem = f"truncated frame header at byte {pos}"
-            break
-        kind, length, crc = _HEAD.unpack_from(data, pos)
-        body = data[pos + _HEAD.size : pos + _HEAD.size + length]
-        if length > _MAX_FRAME or len(body) < length:
-            problem = f"truncated frame at byte {pos}"
-            break
-        if zlib.crc32(bytes([kind]) + body) != crc:
-            problem = f"checksum mismatch at byte {pos}"
-            break
+def open_regular(path: Path) -> int:
+    """A read descriptor for `path` itself: never through a symlink, never blocking on a FIFO, and
+    only for a regular file (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(mode)})")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def describe(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link, not a file"
+    return exc.strerror or str(exc)
+
+
+def load(path: Path, apply: Callable[[int, bytes], None]) -> bool:
+    """Stream the frames an earlier run left at `path` into `apply(type, body)` (which raises
+    ValueError for a frame it cannot use). A damaged or foreign file is set aside, with a log line.
+    True when there was a file."""
+    damage = Damage()
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        damage.note(0, describe(exc))
+    else:
         try:
-            reserved = _apply(kind, body, messages)
-        except ValueError as exc:
-            problem = f"{exc} at byte {pos}"
-            break
-        if reserved is not None:
-            seq = reserved
-        pos += _HEAD.size + length
-    ordered = dict(sorted(messages.items()))
-    return Replay(ordered, seq, problem)
+            for offset, kind, body in read_frames(lambda size: os.read(fd, size), damage):
+                try:
+                    apply(kind, body)
+                except ValueError as exc:
+                    damage.note(offset, str(exc))
+                    damage.good()
+        except OSError as exc:
+            damage.note(-1, f"read error ({exc.strerror})")
+        finally:
+            os.close(fd)
+    if damage.regions:
+        aside = path.with_name(f"{path.name}.corrupt")
+        log.warning(
+            "telemetry spool %s is damaged (%s); kept every message that checked out and set the "
+            "file aside as %s",
+            path, damage, aside.name,
+        )  # fmt: skip
+        os.replace(path, aside)
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all, through a fresh temporary file of a random name (mkstemp:
+    O_EXCL, so a file or link planted in the folder is never written through)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class Journal:
@@ -132,29 +271,6 @@ class Journal:
         self._fd: int | None = None
         self.unsynced = False
 
-    @classmethod
-    def open(cls, path: Path) -> tuple[Journal, Replay]:
-        """Read what an earlier run left, set a damaged file aside, start a compacted one."""
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        except OSError as exc:
-            data = b"\0"  # not our magic: set aside below, if it can be moved at all
-            log.error("telemetry spool %s unreadable (%s)", path, exc.strerror)
-        result = replay(data) if data else Replay()
-        if result.problem:
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            log.warning(
-                "telemetry spool %s is damaged (%s); kept the %d messages before it and set the "
-                "file aside as %s",
-                path, result.problem, len(result.messages), aside.name,
-            )  # fmt: skip
-            os.replace(path, aside)
-        journal = cls(path)
-        journal.rewrite(result.messages.values(), result.seq)
-        return journal, result
-
     def append(self, data: bytes) -> None:
         self._pending += data
 
@@ -163,7 +279,7 @@ class Journal:
         if not self._pending:
             return
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         data, self._pending = bytes(self._pending), bytearray()
         _write_all(self._fd, data)
         self.unsynced = True
@@ -179,19 +295,7 @@ class Journal:
         """Replace the file with just these messages, atomically."""
         self._pending.clear()
         self.close()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            _write_all(fd, MAGIC + seq_frame(seq) + b"".join(add_frame(m) for m in messages))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        folder = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        replace_atomically(self.path, MAGIC + seq_frame(seq) + b"".join(map(add_frame, messages)))
         self.unsynced = False
 
     def close(self) -> None:

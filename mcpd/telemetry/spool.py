@@ -10,17 +10,30 @@ a message in flight at a crash (sent, not yet acknowledged: at most the in-fligh
 lost. fsync per message would cost a flash write per second per board for no gain on the healthy
 path, which is the common one.
 
-When full, the oldest telemetry is dropped first and events only when no telemetry is left:
-events are rare and each one matters, while the next telemetry message supersedes the last.
+When full (`capacity` messages, or `MAX_BYTES` of payload: the bound on memory and on the live part
+of the file), the oldest telemetry is dropped first and events only when no telemetry is left:
+events are rare and each one matters, while the next telemetry message supersedes the last. The
+replay of a file left by an earlier run applies the same bound as it streams.
+
+The telemetry `seq` has its own small file next to the spool (`<stem>.seq`: the number and its
+CRC-32), replaced atomically whenever a block of SEQ_RESERVE numbers is reserved (before any of them
+is used) and, exactly, at a clean stop; the spool's SEQ frames are a second copy. When there is no
+valid record (a first run, an emptied state directory, a record missing beside a spool, unreadable
+or failing its checksum), `seq` starts above anything that could have been used: SEQ_RESERVE above
+the spool's copy, and at least SEQ_PER_S per second of Unix time. A number is never used twice; a
+gap is only ever numbers skipped or messages dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
+from mcpd.telemetry import journal as frames
+from mcpd.telemetry import seqfile
 from mcpd.telemetry.journal import KINDS, Journal, Kind, Message, add_frame, done_frame, seq_frame
 
 log = logging.getLogger("mcpd.telemetry")
@@ -29,6 +42,11 @@ SYNC_S = 5.0
 SEQ_RESERVE = 1000
 """A crash skips at most this many `seq` values, and the journal records the reservation once per
 this many telemetry messages."""
+MAX_BYTES = 64 * 2**20
+"""Payload bytes the spool holds at most, in memory and live on disk."""
+SEQ_PER_S = 10
+"""Telemetry messages a second at most (telemetry_ms >= 100): with no record, `seq` starts at this
+many per second of Unix time, above any number a run could have reached since 1970."""
 
 
 class Spool:
@@ -47,33 +65,90 @@ class Spool:
         self._dead = 0
         self._next_id = 1
         self._seq = self._seq_limit = 0
+        self._seq_path: Path | None = None
+        self._bytes = 0
+        self._evicted: set[int] | None = None
+        """While replaying: ids dropped for room, unless a later DONE frame says delivered."""
         self._synced_at = clock()
 
     @classmethod
-    def open(cls, path: Path | None, capacity: int, clock: Callable[[], float]) -> Spool:
+    def open(
+        cls,
+        path: Path | None,
+        capacity: int,
+        clock: Callable[[], float],
+        wall: Callable[[], float] = time.time,
+    ) -> Spool:
         """The spool left at `path` by an earlier run (none: memory only)."""
-        journal = replayed = None
-        if path is not None:
+        spool = cls(capacity, None, clock)
+        if path is None:
+            return spool
+        spool._seq_path = path.with_name(path.stem + ".seq")
+        seq_copies: list[int] = []
+        spool._evicted = set()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = frames.load(path, lambda kind, body: spool._replay(kind, body, seq_copies))
+            spool._journal = Journal(path)
+        except OSError as exc:
+            log.error(
+                "telemetry spool %s unusable (%s): spooling in memory only until restart",
+                path, frames.describe(exc),
+            )  # fmt: skip
+            existed = True  # what was there is unknown
+        spool.dropped, spool._evicted = len(spool._evicted), None
+        spool._done.clear()  # the rewrite below leaves out whatever replay removed
+        if spool.dropped:
+            log.warning(
+                "telemetry spool: %d messages of the last run dropped for room", spool.dropped
+            )
+        spool._resume_seq(existed, max(seq_copies, default=None), wall())
+        if spool._journal is not None:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                journal, replayed = Journal.open(path)
+                spool._journal.rewrite(spool._live(), spool._seq_limit)
             except OSError as exc:
-                log.error(
-                    "telemetry spool %s unusable (%s): spooling in memory only until restart",
-                    path, exc.strerror or exc,
-                )  # fmt: skip
-                journal = None
-        spool = cls(capacity, journal, clock)
-        if replayed is not None:
-            spool._seq = spool._seq_limit = replayed.seq
-            for message in replayed.messages.values():
-                spool._queues[message.kind][message.id] = message
-                spool._journaled.add(message.id)
-                spool._next_id = message.id + 1
-            if replayed.messages:
-                log.info("telemetry spool: %d messages from the last run", len(replayed.messages))
-            spool._evict()
+                spool._lose_journal(exc)
+        if len(spool):
+            log.info("telemetry spool: %d messages from the last run", len(spool))
         return spool
+
+    def _replay(self, kind: int, body: bytes, seq_copies: list[int]) -> None:
+        if kind == frames.ADD:
+            message = frames.parse_add(body)
+            self._queues[message.kind][message.id] = message
+            self._bytes += len(message.payload)
+            self._journaled.add(message.id)
+            self._next_id = max(self._next_id, message.id + 1)
+            self._evict()
+        elif kind == frames.DONE:
+            assert self._evicted is not None
+            for ident in frames.parse_ids(body):
+                self._evicted.discard(ident)
+                self.remove(ident)
+        elif kind == frames.SEQ:
+            seq_copies.append(frames.parse_seq(body))
+        else:
+            raise ValueError(f"unknown frame type {kind}")
+
+    def _resume_seq(self, spool_existed: bool, spool_seq: int | None, now: float) -> None:
+        """Start above every number an earlier run may have used (see the module's docstring)."""
+        assert self._seq_path is not None
+        saved, doubt = seqfile.read(self._seq_path)
+        if saved is not None:
+            self._seq = self._seq_limit = saved
+            return
+        # No record: a first run looks the same as a state directory that was emptied, so both
+        # start from the clock's floor rather than from 0.
+        above_copy = 0 if spool_seq is None else spool_seq + SEQ_RESERVE
+        self._seq = max(above_copy, int(now) * SEQ_PER_S)
+        if doubt is None and not spool_existed:
+            log.info("telemetry seq: no earlier record; starting at %d", self._seq)
+        else:
+            log.warning(
+                "telemetry seq: %s; continuing at %d so that no number is used twice",
+                doubt or "no sequence file beside the spool", self._seq,
+            )  # fmt: skip
+        self._reserve()
 
     def __len__(self) -> int:
         return sum(len(queue) for queue in self._queues.values())
@@ -82,15 +157,25 @@ class Spool:
         seq = self._seq
         self._seq += 1
         if self._seq > self._seq_limit:
-            self._seq_limit = self._seq + SEQ_RESERVE
-            self._append(seq_frame(self._seq_limit))
-            self._dead += 1  # superseded by the next reservation or by a rewrite
+            self._reserve()
         return seq
+
+    def _reserve(self) -> None:
+        """Record, before using them, that the numbers up to SEQ_RESERVE ahead may be used."""
+        self._seq_limit = self._seq + SEQ_RESERVE
+        self._append(seq_frame(self._seq_limit))
+        self._dead += 1  # superseded by the next reservation or by a rewrite
+        self._save_seq(self._seq_limit)
+
+    def _save_seq(self, seq: int) -> None:
+        if self._seq_path is not None:
+            seqfile.save(self._seq_path, seq)
 
     def add(self, kind: Kind, payload: bytes) -> Message:
         message = Message(self._next_id, kind, payload)
         self._next_id += 1
         self._queues[kind][message.id] = message
+        self._bytes += len(payload)
         self._unjournaled[message.id] = None
         self._evict()
         return message
@@ -109,7 +194,9 @@ class Spool:
     def remove(self, ident: int) -> None:
         """Delivered (or dropped): forget it, on disk too."""
         for queue in self._queues.values():
-            if queue.pop(ident, None) is not None:
+            message = queue.pop(ident, None)
+            if message is not None:
+                self._bytes -= len(message.payload)
                 break
         else:
             return
@@ -123,10 +210,14 @@ class Spool:
         self._evict()
 
     def _evict(self) -> None:
-        while len(self) > self.capacity:
+        while len(self) > self.capacity or self._bytes > MAX_BYTES:
             queue = self._queues["telemetry"] or self._queues["event"]
-            self.remove(next(iter(queue)))
-            self.dropped += 1
+            ident = next(iter(queue))
+            self.remove(ident)
+            if self._evicted is None:
+                self.dropped += 1
+            else:
+                self._evicted.add(ident)
 
     def persist(self, cursor: int) -> None:
         """Journal what waits (ids above `cursor`), record deliveries; fsync and compact when due."""
@@ -135,8 +226,7 @@ class Spool:
             return
         for ident in [i for i in self._unjournaled if i > cursor]:
             del self._unjournaled[ident]
-            message = self._find(ident)
-            self._append(add_frame(message))
+            self._append(add_frame(self._find(ident)))
             self._journaled.add(ident)
         if self._done:
             self._append(done_frame(self._done))
@@ -166,6 +256,7 @@ class Spool:
         except OSError as exc:
             self._lose_journal(exc)
             return
+        self._save_seq(self._seq)
         self._journal.close()
         self._journal = None
 
@@ -179,13 +270,16 @@ class Spool:
         if self._journal is not None:
             self._journal.append(frame)
 
-    def _rewrite(self, seq: int) -> None:
-        assert self._journal is not None
-        live = sorted(
+    def _live(self) -> list[Message]:
+        """The journaled messages still owed, oldest first."""
+        return sorted(
             (m for q in self._queues.values() for m in q.values() if m.id in self._journaled),
             key=lambda m: m.id,
         )
-        self._journal.rewrite(live, seq)
+
+    def _rewrite(self, seq: int) -> None:
+        assert self._journal is not None
+        self._journal.rewrite(self._live(), seq)
         self._dead = 0
         self._synced_at = self._clock()
 
