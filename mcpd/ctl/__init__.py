@@ -6,11 +6,13 @@ import argparse
 
 from mcpd import __version__
 from mcpd.ctl import fleet, infer, models, status, top
+from mcpd.ctl.common import add_socket
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcpctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mcpctl {__version__}")
+    add_socket(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fleet.register(commands)
     status.register(commands)

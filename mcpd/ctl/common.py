@@ -12,9 +12,14 @@ from mcpd.client import Client, ServerError, default_socket
 Command = Callable[[argparse.Namespace, Client], int]
 
 
-def add_socket(parser: argparse.ArgumentParser) -> None:
+def add_socket(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
+    """--socket, on mcpctl itself (before the subcommand, as systemctl takes its options) and on
+    each socket subcommand; a subcommand's copy sets nothing unless given (SUPPRESS), else its
+    default would undo a value given before the subcommand."""
     parser.add_argument(
-        "--socket", default=None, help="mcpd's socket (default $MCPD_SOCKET or /run/mcpd/mcpd.sock)"
+        "--socket",
+        default=None if top_level else argparse.SUPPRESS,
+        help="mcpd's socket (default $MCPD_SOCKET or /run/mcpd/mcpd.sock)",
     )
 
 

@@ -4,6 +4,7 @@ governor, and per model the batch size, requests/s, latency and queue."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -62,13 +63,14 @@ def run(args: argparse.Namespace, client: Client) -> int:
     previous: Mapping[str, Any] | None = None
     taken = time.monotonic()
     frames = 0
+    plain = args.plain or not sys.stdout.isatty()  # `mcpctl top | cat`: no escape codes in a pipe
     try:
         while args.count is None or frames < args.count:
             if frames:
                 time.sleep(args.interval)
             doc, now = client.status(), time.monotonic()
             frame = render(doc, previous, now - taken)
-            print(frame if args.plain else CLEAR + frame, flush=True)
+            print(frame if plain else CLEAR + frame, flush=True)
             previous, taken, frames = doc, now, frames + 1
     except KeyboardInterrupt:
         pass
@@ -80,5 +82,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_socket(parser)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between frames")
     parser.add_argument("--count", type=int, default=None, help="stop after this many frames")
-    parser.add_argument("--plain", action="store_true", help="do not clear the screen")
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="do not clear the screen (the default when output is not a terminal)",
+    )
     parser.set_defaults(func=run)
