@@ -144,6 +144,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     cfg = _load_config(args.config)
     root = args.sysfs_root or cfg.daemon.sysfs_root
+    if not Path(root).is_dir():
+        print(f"mcpd probe: sysfs root {root}: no such directory", file=sys.stderr)
+        return 1
     result = probe(root, cfg.sensors.governing_temperatures, cfg.sensors.governing_powers)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

@@ -11,6 +11,7 @@ import pytest
 
 from mcpd.probe import probe
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from tests.conftest import PROJECT
 
 EXPECTED = {
     # profile: (platform, power source, estimated, domains)
@@ -85,3 +86,11 @@ def test_probe_command_json(tmp_path: Path, profile: str) -> None:
     table = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(sim.root)],
                            capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
     assert table.startswith(f"platform     {EXPECTED[profile][0]}")
+
+
+def test_probe_of_a_missing_root_fails(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(missing)],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == f"mcpd probe: sysfs root {missing}: no such directory\n"
