@@ -5,23 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
 
-from mcpd import __version__, config, domains
+from mcpd import __version__, config, domains, logs
 from mcpd.baseline import Baseline
 
 log = logging.getLogger("mcpd")
-
-
-def _setup_logging(level: str) -> None:
-    # No timestamps: journald adds its own.
-    logging.basicConfig(
-        level=level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
 
 
 def _load_config(path: str | None) -> config.Config:
@@ -115,8 +109,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    import os
-
     from mcpd import reloading
 
     pid = args.pid or os.environ.get("MAINPID", "")
@@ -282,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level or args.default_level)
+    logs.setup(args.log_level or args.default_level, os.environ, sys.stderr)
     try:
         return int(args.func(args))
     except config.ConfigError as exc:

@@ -1,0 +1,69 @@
+"""Log lines carry journald priority prefixes only when stderr is the journal's stream."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mcpd.logs import JournalFormatter, to_journal
+from tests.conftest import PROJECT
+
+
+def stream_id(path: Path) -> str:
+    found = os.stat(path)
+    return f"{found.st_dev}:{found.st_ino}"
+
+
+def test_only_the_stream_journal_stream_names_gets_prefixes(tmp_path: Path) -> None:
+    journal, other = tmp_path / "journal", tmp_path / "other"
+    journal.touch()
+    other.touch()
+    with open(journal, "w") as stream:
+        assert to_journal({"JOURNAL_STREAM": stream_id(journal)}, stream)
+        assert not to_journal({"JOURNAL_STREAM": stream_id(other)}, stream)  # inherited, not ours
+        assert not to_journal({}, stream)
+        assert not to_journal({"JOURNAL_STREAM": "garbage"}, stream)
+
+
+def test_every_line_of_a_record_carries_its_priority() -> None:
+    formatter = JournalFormatter("%(levelname)s %(name)s: %(message)s")
+
+    def line(level: int, message: str) -> str:
+        return formatter.format(logging.LogRecord("mcpd", level, "", 0, message, None, None))
+
+    assert line(logging.ERROR, "a\nb") == "<3>ERROR mcpd: a\n<3>b"
+    assert line(logging.WARNING, "w") == "<4>WARNING mcpd: w"
+    assert line(logging.INFO, "i") == "<6>INFO mcpd: i"
+    assert line(logging.DEBUG, "d") == "<7>DEBUG mcpd: d"
+    assert line(logging.CRITICAL, "c") == "<2>CRITICAL mcpd: c"
+
+
+def test_mcpd_writes_prefixes_to_the_journal_stream(tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    log.touch()
+    with open(log, "ab") as stderr:
+        env = dict(os.environ, JOURNAL_STREAM=stream_id(log))
+        command = [
+            sys.executable,
+            "-m",
+            "mcpd",
+            "sim",
+            "--profile",
+            "rk3588",
+            "--root",
+            str(tmp_path / "b"),
+        ]
+        process = subprocess.Popen(command, cwd=PROJECT, env=env, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 30
+        while "simulating" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+    assert log.read_text().startswith("<6>INFO mcpd: simulating rk3588")
