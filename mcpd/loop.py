@@ -161,6 +161,8 @@ class ControlLoop:
         self._state = "starting"
         self._caps: dict[str, float | None] = {}
         self._curs: dict[str, float | None] = {}
+        self._ungoverned: str | None = None
+        """What is missing for governing (no temperature sensor, no frequency domain), if any."""
         now = clock()
         self._next_temp = self._next_power = self._next_housekeeping = now
         self._next_ping = now
@@ -168,6 +170,7 @@ class ControlLoop:
         self.sensors = self._discover_sensors()
         self.actuators = Actuators(events)
         self._sync_domains()
+        self._check_governable()
         self.snapshot = self._build_snapshot()
 
     # -- public, thread-safe ---------------------------------------------------------------------
@@ -290,6 +293,8 @@ class ControlLoop:
             unknown = readings.temp_c is None or (readings.metered and readings.power_w is None)
             states = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
             self._state = "fail-safe" if unknown else states[verdict.action]
+            if not self.actuators.controls:
+                self._state = "ungoverned"
         self.snapshot = self._build_snapshot()
         return written
 
@@ -366,8 +371,39 @@ class ControlLoop:
         self._last_scan = now
         found = self._discover_sensors()
         self._sync_domains()
-        if found.signature == self.sensors.signature:
-            return  # keep the sensors and their logged-once state
+        if found.signature != self.sensors.signature:
+            self._rediscovered(found, hotplug, vanished)
+        self._check_governable()
+
+    def _check_governable(self) -> None:
+        """Say loudly, once per change, when there is nothing to govern by or nothing to govern:
+        a daemon that only says "ready" there would leave the board unprotected unnoticed."""
+        missing = [
+            what
+            for what, absent in (
+                ("temperature sensor", not self.sensors.governing_names),
+                ("frequency domain", not self.actuators.controls),
+            )
+            if absent
+        ]
+        now = " and no ".join(missing) or None
+        if now == self._ungoverned:
+            return
+        if now is not None:
+            effect = (
+                "no cap can be written"
+                if not self.actuators.controls
+                else "every cap is held at its floor (fail-safe)"
+            )
+            message = f"nothing is governed: no {now} found under {self.root}; {effect}"
+            log.warning(message)
+        else:
+            message = "governing again: temperature sensors and frequency domains found"
+            log.info(message)
+        self.events.publish(Event("fault", message, {"missing": missing}))
+        self._ungoverned = now
+
+    def _rediscovered(self, found: SensorSet, hotplug: bool, vanished: bool) -> None:
         self.sensors = found
         why = (
             "udev event" if hotplug else "a sensor file vanished" if vanished else "devices changed"
@@ -391,6 +427,7 @@ class ControlLoop:
         }
         if (old.temperature_s, old.power_s) != (settings.temperature_s, settings.power_s):
             self._next_temp = self._next_power = now
+        self._check_governable()
         log.info("control loop settings reloaded")
 
     # -- status ----------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -373,3 +375,22 @@ def test_a_receiver_that_stops_reading_never_blocks_the_loop(
     assert not worker.is_alive(), "the loop is stuck sending to systemd"
     notifier.close()
     receiver.close()
+
+
+def test_a_board_with_nothing_to_govern_says_so_loudly(
+    fake: FakeSysfs, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.file("proc/sys/kernel/random/boot_id", "0b3a9c2e-0000-4000-8000-000000000000\n")
+    fake.zone(0, "soc-thermal", 60000)  # a sensor, but no cpufreq policy and no devfreq
+    with caplog.at_level(logging.WARNING, "mcpd.loop"):
+        loop, clock, events = make_loop(fake.root)
+        run_for(loop, clock, 1.0)
+    assert loop.snapshot.state == "ungoverned"
+    assert f"nothing is governed: no frequency domain found under {fake.root}" in caplog.text
+    fake.cpufreq(4, (4, 5), 408000, 2400000, (*RK_A76_KHZ, 2400000))  # the driver loads
+    shutil.rmtree(fake.root / "sys/devices/virtual/thermal/thermal_zone0")  # and the zone goes
+    (fake.root / "sys/class/thermal/thermal_zone0").unlink()
+    run_for(loop, clock, 12.0)  # the periodic rescan finds both changes
+    messages = [e.message for e in events if e.kind == "fault"]
+    assert any("nothing is governed: no temperature sensor found" in m for m in messages)
+    assert loop.snapshot.state == "fail-safe" and cap(fake, POLICY4) < 2400000
