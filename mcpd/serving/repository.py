@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -55,6 +56,8 @@ class Latencies:
 class Entry:
     config: ModelSection
     """The configuration wanted now (a load of it may still be running)."""
+    file: tuple[int, ...] | None = None
+    """The model file's identity when that load was asked for (see `_file_identity`)."""
     state: str = "loading"
     """loading, ready or failed."""
     worker: ModelWorker | None = None
@@ -118,12 +121,13 @@ class Repository:
             self.events.publish(Event("model", f"model {name} unloaded", {"model": name}))
         for name, model in wanted.items():
             entry = self.entries.get(name)
-            if entry is not None and entry.config == model:
+            file = _file_identity(model.path)
+            if entry is not None and entry.config == model and entry.file == file:
                 continue
             if entry is None:
-                self.entries[name] = Entry(model)
+                self.entries[name] = Entry(model, file)
             else:
-                entry.config = model
+                entry.config, entry.file = model, file
                 if entry.worker is None:
                     entry.state, entry.error = "loading", None
             task = asyncio.create_task(self._load(model))
@@ -191,6 +195,16 @@ class Repository:
         entries, self.entries = self.entries, {}
         await asyncio.gather(*(self._retire(entry.worker) for entry in entries.values()))
         self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def _file_identity(path: str) -> tuple[int, ...] | None:
+    """Which file `path` names now: a file replaced by rename (a new inode) or rewritten in place
+    (size, times) is a new model even when its [[models]] table is unchanged."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
 def _stats(entry: Entry) -> ModelStats:
