@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import reprlib
-import stat
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +24,8 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+
+from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -350,24 +351,17 @@ def parse(data: dict[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(source, [_describe(error) for error in exc.errors()]) from None
 
 
-def _file_kind(mode: int) -> str:
-    kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-             stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
-    return kinds.get(stat.S_IFMT(mode), "not a plain file")
-
-
 def _read_text(path: Path) -> str:
     """The file's text, refused with a ConfigError unless it is a regular file of UTF-8 text of a
     sane size. Opened non-blocking, so that a FIFO in its place cannot hang a reload."""
     source = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path)
+    except NotAFile as exc:
+        raise ConfigError(source, [str(exc)]) from None
     except OSError as exc:
         raise ConfigError(source, [f"cannot read: {exc.strerror}"]) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ConfigError(source, [f"not a regular file ({_file_kind(mode)})"])
         with os.fdopen(os.dup(fd), "rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
@@ -394,18 +388,11 @@ def model_file_problems(config: Config) -> list[str]:
     found = []
     for index, model in enumerate(config.models):
         try:
-            fd = os.open(model.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.close(open_regular(model.path))
+        except NotAFile as exc:
+            found.append(f"models[{index}].path: {model.path}: {exc}")
         except OSError as exc:
             found.append(f"models[{index}].path: cannot read {model.path}: {exc.strerror}")
-            continue
-        try:
-            mode = os.fstat(fd).st_mode
-        finally:
-            os.close(fd)
-        if not stat.S_ISREG(mode):
-            found.append(
-                f"models[{index}].path: {model.path} is {_file_kind(mode)}, not a model file"
-            )
     return found
 
 

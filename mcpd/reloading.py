@@ -18,12 +18,13 @@ import json
 import logging
 import os
 import signal
-import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from sensors.sysfs import open_regular
 
 log = logging.getLogger("mcpd")
 
@@ -69,14 +70,10 @@ def write(folder: Path, verdict: Verdict) -> None:
 def read(folder: Path) -> Verdict | None:
     """The newest verdict, or None when there is none or it is not one."""
     try:
-        fd = os.open(
-            folder / VERDICT_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        )
+        fd = open_regular(folder / VERDICT_FILE, follow_symlinks=False)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         data = os.read(fd, _MAX_VERDICT_BYTES)
     except OSError:
         return None

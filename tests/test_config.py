@@ -286,5 +286,5 @@ def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"{path}: models[0].path: cannot read {tmp_path}/gone.onnx: No such file or directory",
-        f"{path}: models[1].path: {tmp_path}/folder.onnx is a directory, not a model file",
+        f"{path}: models[1].path: {tmp_path}/folder.onnx: not a regular file (a directory)",
     ]

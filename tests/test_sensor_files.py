@@ -20,12 +20,23 @@ T = TypeVar("T")
 
 
 def within(seconds: float, call: Callable[[], T]) -> T:
-    """`call()`, failing the test (instead of hanging it) if it blocks."""
+    """`call()` (its result or its exception), failing the test instead of hanging it if it
+    blocks."""
     result: list[T] = []
-    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
     assert not thread.is_alive(), f"blocked for {seconds} s"
+    if raised:
+        raise raised[0]
     return result[0]
 
 
@@ -45,7 +56,7 @@ def test_a_fifo_is_a_fault_that_never_blocks(
     with caplog.at_level(logging.WARNING, "mcpd.sensors"):
         assert within(5, attr.read_int) is None
     assert attr.failing and not attr.gone
-    assert "a FIFO, not a sysfs attribute" in caplog.text
+    assert "unavailable (not a regular file (a FIFO))" in caplog.text
     assert within(5, lambda: read_line(path)) is None  # discovery reads names the same way
 
 

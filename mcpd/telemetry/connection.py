@@ -8,9 +8,9 @@ them in order. The client runs without paho's thread; the publisher drives its s
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
-from pathlib import Path
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
@@ -20,6 +20,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from mcpd.config import MqttSection
 from mcpd.telemetry.topics import Topics
+from sensors.sysfs import open_regular
 
 WINDOW = 20
 """Messages in flight at once (paho's and mosquitto's default Receive Maximum)."""
@@ -33,15 +34,25 @@ _HINTS = {
 }
 
 
+_MAX_PASSWORD_BYTES = 65535  # MQTT's limit for the password field (MQTT 5, 1.5.6)
+
+
 class ConnectError(Exception):
     """A connection attempt failed; the message says why, for the log."""
 
 
 def _password(path: str) -> str:
     try:
-        password = Path(path).read_text().rstrip("\r\n")
+        fd = open_regular(path)  # a FIFO there must not hang the telemetry thread
+        try:
+            password = os.read(fd, _MAX_PASSWORD_BYTES).decode("utf-8").rstrip("\r\n")
+        finally:
+            os.close(fd)
     except OSError as exc:
-        raise ConnectError(f"cannot read [mqtt] password_file {path}: {exc.strerror}") from None
+        why = exc.strerror or exc
+        raise ConnectError(f"cannot read [mqtt] password_file {path}: {why}") from None
+    except UnicodeDecodeError:
+        raise ConnectError(f"[mqtt] password_file {path} is not UTF-8 text") from None
     if not password:
         raise ConnectError(f"[mqtt] password_file {path} is empty")
     return password

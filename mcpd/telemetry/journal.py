@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import stat
 import struct
 import tempfile
 import zlib
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sensors.sysfs import file_kind
+from sensors.sysfs import open_regular
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -181,20 +180,6 @@ def _check(buf: bytearray, pos: int, fill: Callable[[int], bool]) -> str | None:
     return None
 
 
-def open_regular(path: Path) -> int:
-    """A read descriptor for `path` itself: never through a symlink, never blocking on a FIFO, and
-    only for a regular file (OSError otherwise)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(mode)})")
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
 def describe(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "a symbolic link, not a file"
@@ -207,7 +192,7 @@ def load(path: Path, apply: Callable[[int, bytes], None]) -> bool:
     True when there was a file."""
     damage = Damage()
     try:
-        fd = open_regular(path)
+        fd = open_regular(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
     except OSError as exc:

@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 from mcpd.telemetry import journal
+from sensors.sysfs import open_regular
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -38,7 +39,7 @@ def save(path: Path, seq: int) -> None:
 def read(path: Path) -> tuple[int | None, str | None]:
     """The saved next seq, or None and why it is in doubt (None, None: no record, no doubt)."""
     try:
-        fd = journal.open_regular(path)
+        fd = open_regular(path, follow_symlinks=False)
     except FileNotFoundError:
         return None, None
     except OSError as exc:

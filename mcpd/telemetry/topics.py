@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sensors.sysfs import read_text
+
 MACHINE_ID = Path("/etc/machine-id")
 _APP_KEY = b"mcpd telemetry device id v1"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -29,7 +31,7 @@ def device_id(
     if configured:
         return configured
     try:
-        text = machine_id.read_text().strip()
+        text = read_text(machine_id).strip()  # never blocks (a FIFO), never more than a page
         raw = bytes.fromhex(text)
     except (OSError, ValueError):
         raw = b""
