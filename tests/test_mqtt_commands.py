@@ -53,6 +53,8 @@ def test_an_allowed_command_runs_and_its_result_is_the_reply() -> None:
         ("profile", b'{"args": {"name": "../../etc"}}', "args.name: String should match"),
         ("profile", b'{"args": {"name": 3}}', "args.name: Input should be a valid string"),
         ("pause", b" " * 5000, "payload too large (5000 bytes; at most 4096)"),
+        ("pause", b"[" * 2000 + b"]" * 2000, "payload is not JSON: nested too deeply"),
+        ("pause", b'{"id": 1e999}', "id must be an integer or a string"),
     ],
 )
 def test_anything_else_is_refused_with_the_reason_and_never_reaches_the_daemon(

@@ -57,6 +57,8 @@ def _request(payload: bytes) -> tuple[str | int | None, dict[str, Any]]:
         request = json.loads(payload)
     except ValueError as exc:  # UnicodeDecodeError is one
         raise Rejected(f"payload is not JSON: {exc}") from None
+    except RecursionError:  # json's C decoder counts its depth against the recursion limit
+        raise Rejected("payload is not JSON: nested too deeply") from None
     if not isinstance(request, dict):
         raise Rejected("payload must be a JSON object")
     unknown = sorted(set(request) - {"id", "args"})
