@@ -12,6 +12,7 @@ import pytest
 
 from mcpd import reloading
 from tests.conftest import PROJECT
+from tests.test_config import HOSTILE
 from tests.test_daemon import POLICY4, RunningDaemon
 
 
@@ -90,3 +91,26 @@ def test_reload_of_a_process_that_is_gone_says_so(tmp_path: Path) -> None:
     result = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "cannot signal process" in result.stderr
+
+
+def test_hostile_files_are_rejected_and_the_daemon_governs_on(
+    running: RunningDaemon, tmp_path: Path
+) -> None:
+    d = running
+    for name in ("UTF-16 with a BOM", "5 000-digit integer", "arrays 10 000 deep"):
+        d.config.write_bytes(HOSTILE[name])
+        result = reload(d)
+        assert result.returncode == 1 and result.stderr.startswith(f"{d.config}: "), name
+    d.config.unlink()
+    os.mkfifo(d.config)
+    result = reload(d)
+    assert result.stderr == f"{d.config}: not a regular file (a FIFO)\n"
+    d.config.unlink()
+    d.config.mkdir()
+    assert reload(d).stderr == f"{d.config}: not a regular file (a directory)\n"
+    d.config.rmdir()
+    d.config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    assert reload(d).returncode == 0
+    d.drain()
+    d.receive(lambda m: m.startswith("STATUS="), timeout=3)
+    assert "Traceback" not in d.log.read_text()
