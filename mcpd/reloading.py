@@ -56,9 +56,9 @@ def write(folder: Path, verdict: Verdict) -> None:
         # mkstemp: O_EXCL with a fresh name, so nothing planted in the folder is written through.
         fd, tmp = tempfile.mkstemp(prefix=".reload-verdict-", dir=folder)
         try:
+            os.fchmod(fd, 0o644)  # readable by `mcpd reload` whoever runs it
             with os.fdopen(fd, "w") as file:
                 json.dump(asdict(verdict), file)
-            os.chmod(tmp, 0o644)
             os.replace(tmp, folder / VERDICT_FILE)
         except BaseException:
             os.unlink(tmp)

@@ -302,3 +302,17 @@ def test_a_reservation_that_cannot_be_saved_leaves_no_stale_record(
     monkeypatch.undo()
     again = Spool.open(path, 100, Clock(), wall=wall(100.0))  # after a crash
     assert again.next_seq() > max(issued)
+
+
+def test_a_fifo_put_in_place_of_the_spool_at_run_time_never_blocks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    path.unlink()
+    os.mkfifo(path)
+    fill(spool, "tt")
+    with caplog.at_level(logging.ERROR, "mcpd.telemetry"):
+        within(5, lambda: spool.persist(cursor=0))
+    assert "spooling in memory only" in caplog.text
+    assert drain(spool) == [b"t0", b"t1"]

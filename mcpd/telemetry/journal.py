@@ -264,7 +264,8 @@ class Journal:
         if not self._pending:
             return
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+            append = os.O_WRONLY | os.O_APPEND
+            self._fd = open_regular(self.path, follow_symlinks=False, access=append)
         data, self._pending = bytes(self._pending), bytearray()
         _write_all(self._fd, data)
         self.unsynced = True
