@@ -71,7 +71,10 @@ class RunningDaemon:
             time.sleep(0.05)
 
     def cap(self, rel: str) -> int:
-        return int((self.root / rel).read_text())
+        # The daemon truncates, then writes: a read in between sees an empty file.
+        while not (text := (self.root / rel).read_text()):
+            time.sleep(0.01)
+        return int(text)
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -62,7 +62,7 @@ def test_events_reload_and_stop(tmp_path: Path) -> None:
     # The second identity continues the same spool, so its seq carries on too.
     one = [m.json()["seq"] for m in recorder.on("mcpd/one/telemetry")]
     two = [m.json()["seq"] for m in recorder.on("mcpd/two/telemetry")]
-    assert one + two == list(range(len(one) + len(two)))
+    assert one + two == list(range(one[0], one[0] + len(one) + len(two)))
 
 
 def test_disabled_telemetry_starts_nothing_and_ignores_events(tmp_path: Path) -> None:
