@@ -46,17 +46,24 @@ def file_kind(mode: int) -> str:
     return kinds.get(stat.S_IFMT(mode), "not a plain file")
 
 
-class NotAnAttribute(OSError):
-    """A file in a sensor's place that no kernel serves (FIFO, device, socket, or too long)."""
+class NotAFile(OSError):
+    """Something other than a regular file where one was expected (FIFO, device, socket,
+    directory), or a sysfs attribute longer than any attribute is."""
 
 
-def open_attribute(path: str | Path) -> int:
-    """A descriptor for reading an attribute, opened without ever blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_regular(
+    path: str | Path, *, follow_symlinks: bool = True, access: int = os.O_RDONLY
+) -> int:
+    """A descriptor for a regular file (by default for reading), opened without ever blocking:
+    O_NONBLOCK makes open() of a FIFO return at once (or fail with ENXIO for writing), and
+    anything but a regular file raises NotAFile. The one way mcpd opens the files it reads
+    (sensors, config, spool, verdicts) and the spool it appends to."""
+    flags = access | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags if follow_symlinks else flags | os.O_NOFOLLOW)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotAnAttribute(f"{file_kind(mode)}, not a sysfs attribute")
+            raise NotAFile(f"not a regular file ({file_kind(mode)})")
     except OSError:
         os.close(fd)
         raise
@@ -66,7 +73,7 @@ def open_attribute(path: str | Path) -> int:
 def read_text(path: str | Path) -> str:
     """Read a whole attribute (its first page). Raises OSError; callers in the loop use
     `Attribute` instead."""
-    fd = open_attribute(path)
+    fd = open_regular(path)
     try:
         return os.read(fd, _READ_SIZE).decode("ascii", errors="replace")
     finally:
@@ -132,7 +139,7 @@ class Attribute:
             except OSError:
                 pass
             self.close()
-        fd = open_attribute(self.path)
+        fd = open_regular(self.path)
         try:
             text = _page(fd)
         except OSError:
@@ -145,7 +152,7 @@ class Attribute:
         """The attribute's integer value; None if unreadable, non-numeric or outside [low, high]."""
         try:
             text = self._read()
-        except NotAnAttribute as exc:
+        except NotAFile as exc:
             self._failed(str(exc))
             return None
         except OSError as exc:
@@ -190,7 +197,7 @@ class Attribute:
 def _page(fd: int) -> str:
     data = os.pread(fd, _READ_SIZE + 1, 0)
     if len(data) > _READ_SIZE:
-        raise NotAnAttribute(f"longer than a sysfs attribute ({_READ_SIZE} bytes)")
+        raise NotAFile(f"longer than a sysfs attribute ({_READ_SIZE} bytes)")
     return data.decode("ascii", errors="replace")
 
 
