@@ -158,7 +158,7 @@ def timing_run(
             board.detect(root),
             LoopSettings(),
             events=EventBus(),
-            baseline=Baseline(state, root),
+            baseline=Baseline.load([state], root),
         )
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), name="control-loop")
@@ -174,7 +174,7 @@ def timing_run(
             stop.set()
             thread.join()
             runs = counter()
-        restore = Baseline(state, root).restore(domains.discover(root))
+        restore = Baseline.load([state], root).restore(domains.discover(root))
         assert not restore.problems, restore.problems
     summary = loop.timing.summary()
     return {
@@ -201,7 +201,7 @@ def idle_daemon(seconds: float, live: bool) -> dict[str, object]:
             time.sleep(0.5)
         config = Path(folder) / "mcpd.toml"
         config.write_text(
-            f'[daemon]\nsysfs_root = "{root}"\nstate_dir = "{folder}/state"\nsocket = "{folder}/mcpd.sock"\n'
+            f'[daemon]\nsysfs_root = "{root}"\nstate_dir = "{folder}/state"\nruntime_dir = "{folder}/run"\nsocket = "{folder}/mcpd.sock"\n'
         )
         daemon = subprocess.Popen(
             [PYTHON, "-m", "mcpd", "run", "--config", str(config)], stderr=subprocess.DEVNULL
@@ -249,7 +249,7 @@ def quality_run(
         changes: list[int] = []
         if fixed is not None:
             for domain in domains.discover(sim.root):
-                domain.write_cap(domain.max_mhz * fixed)
+                domain.change_cap(domain.max_mhz * fixed)
             tick = lambda now: now + 0.2  # noqa: E731
         else:
             events = EventBus()

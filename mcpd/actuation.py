@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from governors import Action, HysteresisGovernor, Verdict
+from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
 from mcpd.domains import DomainWriteError, FrequencyDomain
 from mcpd.events import Event, EventBus
@@ -51,10 +52,12 @@ def domain_range(
 
 
 class Actuators:
-    """The governed domains and their targets."""
+    """The governed domains and their targets. Owns their lifecycle: the original cap of every
+    domain goes into the baseline when it is adopted, before anything is written to it."""
 
-    def __init__(self, events: EventBus) -> None:
+    def __init__(self, events: EventBus, baseline: Baseline | None = None) -> None:
         self.events = events
+        self.baseline = baseline
         self.controls: dict[str, DomainControl] = {}
 
     def sync(
@@ -80,7 +83,9 @@ class Actuators:
                     domain.name, domain.min_mhz, domain.max_mhz,
                 )  # fmt: skip
             if known is not None and known.domain.cap_path == domain.cap_path:
-                known.domain, known.low, known.high = domain, low, high
+                if _shape(known.domain) != _shape(domain):
+                    known.domain = domain  # else keep the one whose knobs are open
+                known.low, known.high = low, high
                 known.target = min(max(known.target, low), high)
                 current[domain.name] = known
             else:
@@ -89,7 +94,8 @@ class Actuators:
                 current[domain.name] = DomainControl(domain, low, high, min(max(start, low), high))
                 adopted.append(domain)
         self.controls = current
-        _save_baseline(adopted)
+        if self.baseline is not None:
+            self.baseline.remember(adopted)
         changes = []
         for control in current.values():
             cap = control.domain.read_cap_mhz()
@@ -116,7 +122,7 @@ class Actuators:
     def _write(self, control: DomainControl) -> CapChange | None:
         domain = control.domain
         try:
-            old, new = domain.change_cap(control.target)
+            old, new = domain.change_cap(control.target, control.low)
         except DomainWriteError as exc:
             if not control.failing:
                 control.failing = True
@@ -131,14 +137,5 @@ class Actuators:
         return None if new == old else CapChange(domain.name, old, new)
 
 
-def _save_baseline(adopted: list[FrequencyDomain]) -> None:
-    """Save the original caps of newly adopted domains now, in one file write, so that the first
-    cap write of the control loop does not wait for the baseline's fsync (tens of milliseconds on
-    a journaled disk). Should it fail, each write tries again first and refuses without it."""
-    baseline = next((d.baseline for d in adopted if d.baseline is not None), None)
-    if baseline is None:
-        return
-    try:
-        baseline.remember(*adopted)
-    except DomainWriteError as exc:
-        log.warning("%s; trying again before each first write", exc)
+def _shape(domain: FrequencyDomain) -> tuple[int, int, tuple[int, ...]]:
+    return domain.hw_min, domain.hw_max, domain.table

@@ -1,12 +1,18 @@
-"""The caps a board had before mcpd touched them, kept on disk so they can always be put back.
+"""The caps a board had before mcpd touched them, so they can always be put back.
 
-Saved when mcpd adopts a domain, and in any case before the first write to it (tuned's
-save-then-apply pattern); restored on a clean stop and by `mcpd restore` from systemd's
-ExecStopPost after a crash, kill -9 or watchdog kill.
-A baseline from an earlier boot is stale (sysfs starts from the firmware's caps again) and is set
-aside rather than restored; so is a corrupt file. Restoring only writes to domains discovered on
-the board now, at the path recorded: ExecStopPost runs privileged, and the file must never be a
-way to write anywhere else in sysfs.
+Recorded in memory when mcpd adopts a domain, and in any case before the first write to it (tuned's
+save-then-apply pattern); restored on a clean stop from memory, and by `mcpd restore` from systemd's
+ExecStopPost after a crash, kill -9 or watchdog kill from the copies on disk: one in the runtime
+folder (/run/mcpd, tmpfs: it never fills up with the disk) and one in the state folder
+(/var/lib/mcpd). Throttling never waits for either: a copy that cannot be written (a full disk, a
+folder removed at run time) is logged, retried every second (`keep`), and meanwhile the board is
+throttled all the same, with a warning that restore-after-crash is not guaranteed.
+
+A copy from an earlier boot is stale (sysfs starts from the firmware's caps again) and is set aside
+rather than restored; so is a corrupt one, or anything planted in its place. Restoring only writes to
+domains discovered on the board now, at the path recorded: ExecStopPost runs as root, and the file
+(in a folder the unprivileged mcpd user owns) must never be a way to write anywhere else. Every file
+here is read and written through mcpd.safefs, which never follows a planted link.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from mcpd import safefs
+from mcpd.config import DaemonSection
 from mcpd.domains import DomainWriteError, FrequencyDomain
 from sensors.sysfs import read_line
 
@@ -25,6 +34,10 @@ log = logging.getLogger("mcpd.baseline")
 
 FILENAME = "baseline.json"
 _FORMAT = 1
+_LIMIT = 2**20
+"""No baseline is anywhere near this big: a larger file was not written by mcpd."""
+
+Entries = dict[str, dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -33,105 +46,213 @@ class RestoreReport:
     problems: tuple[str, ...]
 
 
-def _boot_id(root: Path) -> str | None:
-    return read_line(root / "proc/sys/kernel/random/boot_id")
+class Store:
+    """One folder a copy of the baseline is kept in."""
 
-
-class Baseline:
-    def __init__(self, state_dir: str | Path, root: str | Path) -> None:
-        self.path = Path(state_dir) / FILENAME
-        self.root = Path(root)
-        self.boot_id = _boot_id(self.root)
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.saved = True
+        """Whether the copy on disk is the baseline in memory (nothing to save yet counts)."""
+        self.problem: str | None = None
+        """Why the last save failed; logged once until a save works again."""
         self.unreadable: str | None = None
-        """Why an existing baseline could not be read; then no cap may be written (it would be
-        replaced by caps that are not the originals)."""
-        self.entries: dict[str, dict[str, str]] = self._load()
+        """An existing copy that cannot be read: never overwritten, so `mcpd restore`, as root,
+        can still put back the originals it holds."""
 
-    def _set_aside(self, why: str) -> dict[str, dict[str, str]]:
-        aside = self.path.with_name(f"{FILENAME}.{why}")
-        log.warning("%s: %s baseline set aside as %s", self.path, why, aside.name)
+    @property
+    def path(self) -> Path:
+        return self.folder / FILENAME
+
+    def load(self, boot_id: str | None) -> Entries:
         try:
-            os.replace(self.path, aside)
+            folder = safefs.open_folder(self.folder)
+        except FileNotFoundError:
+            return {}
+        except PermissionError as exc:
+            self.unreadable = f"{self.folder}: {exc.strerror}"
+            log.error(
+                "baseline folder %s; a copy in it is kept for `mcpd restore`", self.unreadable
+            )
+            return {}
+        except OSError as exc:  # a link or not a folder: nothing of ours is there
+            log.error("baseline folder %s: %s", self.folder, exc.strerror)
+            return {}
+        try:
+            _remove_temporaries(folder)
+            data = safefs.read_file(folder, FILENAME, _LIMIT)
+        except safefs.UnsafeFileError as exc:
+            return self._set_aside(folder, f"unsafe ({exc.strerror})", "unsafe")
+        except PermissionError as exc:
+            self.unreadable = f"{self.path}: {exc.strerror}"
+            log.error("baseline %s; it is kept for `mcpd restore`", self.unreadable)
+            return {}
+        except OSError as exc:
+            return self._set_aside(folder, f"unreadable ({exc.strerror})", "corrupt")
+        finally:
+            os.close(folder)
+        if data is None:
+            return {}
+        entries, why = _parse(data, boot_id)
+        if why is None:
+            return entries
+        folder = safefs.open_folder(self.folder)
+        try:
+            return self._set_aside(folder, why, why)
+        finally:
+            os.close(folder)
+
+    def _set_aside(self, folder: int, why: str, suffix: str) -> Entries:
+        aside = f"{FILENAME}.{suffix}"
+        log.warning("%s: %s baseline set aside as %s", self.path, why, aside)
+        try:
+            safefs.rename(folder, FILENAME, aside)
         except OSError as exc:
             log.error("%s: cannot set aside: %s", self.path, exc.strerror)
         return {}
 
-    def _load(self) -> dict[str, dict[str, str]]:
+    def save(self, document: bytes | None) -> None:
+        """Write the copy (None: remove it). Raises OSError."""
+        if self.unreadable is not None:
+            raise OSError(f"an earlier copy cannot be read ({self.unreadable}) and is kept")
         try:
-            data = json.loads(self.path.read_text())
+            folder = safefs.open_folder(self.folder, create=document is not None)
         except FileNotFoundError:
-            return {}
-        except PermissionError as exc:
-            self.unreadable = f"{self.path}: {exc.strerror}"
-            log.error("%s; no cap will be written until it is readable", self.unreadable)
-            return {}
-        except (OSError, ValueError):
-            return self._set_aside("corrupt")
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            return self._set_aside("corrupt")
-        if data.get("boot_id") != self.boot_id:
-            return self._set_aside("stale")
-        entries = data.get("domains")
-        valid = isinstance(entries, dict) and all(
-            isinstance(e, dict)
-            and isinstance(e.get("path"), str)
-            and isinstance(e.get("value"), str)
-            for e in entries.values()
-        )
-        return (
-            dict(cast(dict[str, dict[str, str]], entries)) if valid else self._set_aside("corrupt")
-        )
+            return  # nothing to remove
+        try:
+            if document is None:
+                safefs.remove(folder, FILENAME)
+            else:
+                safefs.write_file(folder, FILENAME, document)
+        finally:
+            os.close(folder)
 
-    def _save(self) -> None:
-        if not self.entries:
-            self.path.unlink(missing_ok=True)
-            return
-        data = {"format": _FORMAT, "boot_id": self.boot_id, "domains": self.entries}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{FILENAME}.tmp")
-        with open(temporary, "w") as file:
-            json.dump(data, file, indent=1, sort_keys=True)
-            file.flush()
-            os.fsync(file.fileno())
-            if os.geteuid() == 0:
-                # `mcpd restore` runs as root (ExecStopPost=+); the daemon that reads the file
-                # next runs as the state folder's owner.
-                folder = self.path.parent.stat()
-                os.fchown(file.fileno(), folder.st_uid, folder.st_gid)
-        os.replace(temporary, self.path)
+    def vanished(self) -> bool:
+        try:
+            return not os.path.isfile(self.path) or os.path.islink(self.path)
+        except OSError:
+            return True
+
+
+def _remove_temporaries(folder: int) -> None:
+    """Temporaries a crash left behind (never followed: unlink removes a link, not its target)."""
+    for name in os.listdir(folder):
+        if name.startswith(f".{FILENAME}.") and name.endswith(".tmp"):
+            safefs.remove(folder, name)
+
+
+def _parse(data: bytes, boot_id: str | None) -> tuple[Entries, str | None]:
+    """The entries of a copy, or why it is set aside ("corrupt" or "stale")."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return {}, "corrupt"
+    if not isinstance(document, dict) or document.get("format") != _FORMAT:
+        return {}, "corrupt"
+    if document.get("boot_id") != boot_id:
+        return {}, "stale"
+    entries = document.get("domains")
+    valid = isinstance(entries, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("value"), str)
+        for e in entries.values()
+    )
+    if not valid:
+        return {}, "corrupt"
+    return dict(cast(Entries, entries)), None
+
+
+def baseline_folders(daemon: DaemonSection) -> tuple[str, str]:
+    """Where the copies are kept, the one on tmpfs first."""
+    return daemon.runtime_dir, daemon.state_dir
+
+
+class Baseline:
+    """The original caps, in memory first, with a copy in each of `folders` (the first listed wins
+    when copies disagree)."""
+
+    def __init__(self, folders: Sequence[str | Path], root: str | Path) -> None:
+        self.root = Path(root)
+        self.stores = [Store(folder) for folder in folders]
+        self.boot_id: str | None = None
+        self.entries: Entries = {}
+
+    @classmethod
+    def load(cls, folders: Sequence[str | Path], root: str | Path) -> Baseline:
+        baseline = cls(folders, root)
+        baseline.boot_id = read_line(baseline.root / "proc/sys/kernel/random/boot_id")
+        for store in baseline.stores:
+            for name, entry in store.load(baseline.boot_id).items():
+                baseline.entries.setdefault(name, entry)
+        # A copy that lacks what another holds is written again at the first save.
+        for store in baseline.stores:
+            store.saved = not baseline.entries
+        return baseline
+
+    @property
+    def at_risk(self) -> str | None:
+        """Why restore-after-crash is not guaranteed now, or None."""
+        if not self.entries or any(store.saved for store in self.stores):
+            return None
+        return "; ".join(store.problem or "not saved yet" for store in self.stores)
 
     def _relative(self, path: Path) -> str:
         return os.path.relpath(path, self.root)
 
-    def remember(self, *domains: FrequencyDomain) -> None:
+    def remember(self, domains: Iterable[FrequencyDomain]) -> None:
         """Record the current cap of each domain not recorded yet (the first value wins: after a
-        crash the caps in sysfs are mcpd's, the file holds the originals), in one save. Raises
-        DomainWriteError, recording nothing, if a cap cannot be read or the file saved."""
-        new = [domain for domain in domains if domain.name not in self.entries]
-        if not new:
-            return
-        names = ", ".join(domain.name for domain in new)
-        if self.unreadable is not None:
-            raise DomainWriteError(
-                f"{names}: not written, the baseline is unreadable ({self.unreadable})"
-            )
+        crash the caps in sysfs are mcpd's, the copies hold the originals), then save the copies.
+        Never raises: throttling must not wait for a disk."""
         added = {}
-        for domain in new:
+        for domain in domains:
+            if domain.name in self.entries:
+                continue
             value = domain.read_cap_text()
             if value is None:
-                raise DomainWriteError(
-                    f"{domain.name}: cannot read the original cap from {domain.cap_path}"
-                )
+                # Unreadable now; the hardware maximum is what the firmware starts from.
+                value = str(domain.hw_max)
+                log.warning(
+                    "%s: cannot read the original cap from %s; %s is kept as the one to restore",
+                    domain.name, domain.cap_path, value,
+                )  # fmt: skip
             added[domain.name] = {"path": self._relative(domain.cap_path), "value": value}
-        self.entries.update(added)
-        try:
-            self._save()
-        except OSError as exc:
-            for name in added:
-                del self.entries[name]
-            raise DomainWriteError(
-                f"{names}: cannot save the baseline to {self.path}: {exc}"
-            ) from exc
+        if added:
+            self.entries.update(added)
+            for store in self.stores:
+                store.saved = False
+            self.keep()
+
+    def keep(self) -> None:
+        """Save every copy that is not saved or has vanished (a folder removed at run time is made
+        again). Called after each change and once a second by the control loop."""
+        if not self.entries:
+            return
+        document = None
+        for store in self.stores:
+            if store.saved and not store.vanished():
+                continue
+            if document is None:
+                document = self._document()
+            try:
+                store.save(document)
+            except OSError as exc:
+                store.saved = False
+                problem = f"cannot save the baseline to {store.path}: {exc.strerror or exc}"
+                if problem != store.problem:
+                    store.problem = problem
+                    others = [s.path for s in self.stores if s is not store and s.saved]
+                    log.warning(
+                        "%s; throttling goes on, %s", problem,
+                        f"restore after a crash uses {others[0]}" if others
+                        else "but restore after a crash is not guaranteed",
+                    )  # fmt: skip
+                continue
+            store.saved = True
+            if store.problem is not None:
+                log.info("baseline saved to %s again", store.path)
+                store.problem = None
+
+    def _document(self) -> bytes:
+        data = {"format": _FORMAT, "boot_id": self.boot_id, "domains": self.entries}
+        return json.dumps(data, indent=1, sort_keys=True).encode()
 
     def restore(self, domains: list[FrequencyDomain]) -> RestoreReport:
         by_name = {domain.name: domain for domain in domains}
@@ -154,8 +275,12 @@ class Baseline:
             log.info("%s: cap restored to %s", name, entry["value"])
             restored.append(name)
             del self.entries[name]
-        try:
-            self._save()
-        except OSError as exc:
-            problems.append(f"{self.path}: cannot update: {exc}")
+        document = self._document() if self.entries else None
+        for store in self.stores:
+            if store.unreadable is not None:
+                continue
+            try:
+                store.save(document)
+            except OSError as exc:
+                problems.append(f"{store.path}: cannot update: {exc.strerror or exc}")
         return RestoreReport(tuple(restored), tuple(problems))

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from mcpd import __version__, config, domains, logs
-from mcpd.baseline import Baseline
+from mcpd.baseline import Baseline, baseline_folders
 
 log = logging.getLogger("mcpd")
 
@@ -34,6 +34,8 @@ def _simulated(cfg: config.Config, root: Path) -> config.Config:
     update: dict[str, str] = {"sysfs_root": str(root)}
     if cfg.daemon.state_dir == defaults.state_dir:
         update["state_dir"] = str(root / "var/lib/mcpd")
+    if cfg.daemon.runtime_dir == defaults.runtime_dir:
+        update["runtime_dir"] = str(root / "run/mcpd")
     if cfg.daemon.socket == defaults.socket:
         update["socket"] = str(root / "run/mcpd/mcpd.sock")
     return cfg.model_copy(update={"daemon": cfg.daemon.model_copy(update=update)})
@@ -147,7 +149,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     cfg = _load_config(args.config)
     root = args.sysfs_root or cfg.daemon.sysfs_root
-    baseline = Baseline(args.state_dir or cfg.daemon.state_dir, root)
+    folders: tuple[str, ...] = baseline_folders(cfg.daemon)
+    if args.state_dir or args.runtime_dir:
+        folders = tuple(f for f in (args.runtime_dir, args.state_dir) if f)
+    baseline = Baseline.load(folders, root)
     if not baseline.entries:
         print("nothing to restore")
         return 0
@@ -251,7 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     restore = commands.add_parser("restore", help="write the saved baseline caps back (idempotent)")
     restore.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
     restore.add_argument("--sysfs-root")
-    restore.add_argument("--state-dir")
+    restore.add_argument(
+        "--state-dir", help="the baseline's folder on disk (default: the config's)"
+    )
+    restore.add_argument("--runtime-dir", help="its folder on tmpfs (default: the config's)")
     restore.set_defaults(func=cmd_restore, default_level="info")
 
     sim = commands.add_parser("sim", help="run a simulated board under a folder until SIGTERM")

@@ -64,6 +64,7 @@ class DaemonSection(Section):
     socket: StrictStr = "/run/mcpd/mcpd.sock"
     socket_group: StrictStr = ""
     state_dir: StrictStr = "/var/lib/mcpd"
+    runtime_dir: StrictStr = "/run/mcpd"
     max_request_bytes: Annotated[StrictInt, Field(ge=1024, le=2**34)] = 64 * 2**20
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

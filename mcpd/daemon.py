@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mcpd import board, config, domains, reloading, status
-from mcpd.baseline import Baseline
+from mcpd.baseline import Baseline, baseline_folders
 from mcpd.events import Event, EventBus
 from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
 from mcpd.notify import Notifier
@@ -34,7 +34,14 @@ from sensors.hotplug import HotplugMonitor
 log = logging.getLogger("mcpd")
 
 READY_TIMEOUT_S = 30.0
-RESTART_ONLY = ("sysfs_root", "state_dir", "socket", "socket_group", "max_request_bytes")
+RESTART_ONLY = (
+    "sysfs_root",
+    "state_dir",
+    "runtime_dir",
+    "socket",
+    "socket_group",
+    "max_request_bytes",
+)
 """[daemon] keys that a reload cannot change (paths already open, sockets already bound)."""
 
 
@@ -70,7 +77,7 @@ class Daemon:
         self.events = EventBus()
         self.root = Path(self.config.daemon.sysfs_root)
         self.board = board.detect(self.root)
-        self.baseline = Baseline(self.config.daemon.state_dir, self.root)
+        self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root)
         hotplug = HotplugMonitor.start() if self.root == Path("/") else None
         self._started = time.monotonic()
         self.loop = ControlLoop(

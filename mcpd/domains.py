@@ -3,23 +3,25 @@
 cpufreq `policyN`: `scaling_max_freq` caps it, `cpuinfo_min/max_freq` bound it and
 `scaling_available_frequencies` lists its table where the driver has one (intel_pstate has none);
 all in kHz. devfreq `<device>`: `max_freq` caps it, `available_frequencies` is its table; in Hz.
-A cap is written snapped to the highest available frequency not above it (never below the lowest),
-only when it differs from the current cap, and only after the original cap is in the baseline.
+A cap is written snapped to the highest available frequency not above it (never below the governed
+range's floor, nor the lowest), and only when it differs from the current cap. Saving the original
+cap first is the owner's job (mcpd.actuation with mcpd.baseline), not the domain's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from sensors.sysfs import list_dir, parse_int, read_line, read_text
-
-if TYPE_CHECKING:
-    from mcpd.baseline import Baseline
+from mcpd.safefs import UnsafeFileError
+from sensors.sysfs import list_dir, parse_int, read_line
 
 log = logging.getLogger("mcpd.domains")
 
@@ -37,6 +39,98 @@ class DomainWriteError(Exception):
     pass
 
 
+class Knob:
+    """One attribute of a domain (its cap, its current frequency), kept open between uses.
+
+    Opened without following any link the kernel's own layout does not have: the domain's folder
+    is resolved (class entries are symlinks into /sys/devices) and must lie under the sysfs root,
+    every component of that resolved path is then opened with O_NOFOLLOW (a component swapped for a
+    link fails instead of redirecting the write), and the attribute itself must be a regular file,
+    not a link. A cap is written as root by `mcpd restore`, so a link anywhere a less privileged user
+    could have placed one must never be followed. Kept open, a write needs no free descriptor (a
+    flood of clients exhausting the process's descriptors cannot stop throttling) and costs one
+    system call. A file replaced under us (tests, the simulator) has no links left: reopen it.
+    """
+
+    __slots__ = ("_fds", "folder", "name", "root")
+
+    def __init__(self, root: Path, folder: Path, name: str) -> None:
+        self.root = root
+        self.folder = folder
+        self.name = name
+        self._fds: dict[int, int] = {}
+        """Open flags (O_RDONLY or O_WRONLY) -> descriptor."""
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.name
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _open(self, flags: int) -> int:
+        fd = self._fds.get(flags)
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_nlink:
+                    return fd
+            except OSError:
+                pass
+            os.close(self._fds.pop(flags))
+        real_root = os.path.realpath(self.root)
+        real_folder = os.path.realpath(self.folder)
+        if os.path.commonpath([real_root, real_folder]) != real_root:
+            raise UnsafeFileError(
+                errno.EXDEV, f"resolves to {real_folder}, outside the sysfs root {real_root}"
+            )
+        folder = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in Path(real_folder).relative_to(real_root).parts:
+                inner = os.open(
+                    part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder
+                )
+                os.close(folder)
+                folder = inner
+            try:
+                fd = os.open(
+                    self.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
+                )
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise UnsafeFileError(exc.errno, "is a symlink") from None
+                raise
+        finally:
+            os.close(folder)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UnsafeFileError(errno.EINVAL, "is not a regular file")
+        self._fds[flags] = fd
+        return fd
+
+    def read(self) -> str | None:
+        """The attribute's text; None if it cannot be read (a refused file included)."""
+        try:
+            fd = self._open(os.O_RDONLY)
+            return os.pread(fd, 4096, 0).decode("ascii", errors="replace")
+        except OSError:
+            self.close()
+            return None
+
+    def write(self, value: str) -> None:
+        """Raises OSError (UnsafeFileError for a refused file)."""
+        fd = self._open(os.O_WRONLY)
+        data = value.encode("ascii")
+        with contextlib.suppress(OSError):  # a kernel attribute needs no truncation; a file does
+            os.ftruncate(fd, 0)
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(errno.EIO, "short write")
+
+
 @dataclass(eq=False)
 class FrequencyDomain:
     name: str
@@ -46,15 +140,23 @@ class FrequencyDomain:
     """Hardware range and table in the knob's own unit (kHz for cpufreq, Hz for devfreq)."""
     hw_max: int
     table: tuple[int, ...] = ()
-    baseline: Baseline | None = field(default=None, repr=False)
+    root: Path = Path("/")
+    """The sysfs root every knob of this domain must lie under."""
+    _cap: Knob = field(init=False, repr=False)
+    _cur: Knob = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cap, cur = (
+            ("scaling_max_freq", "scaling_cur_freq")
+            if self.kind == "cpufreq"
+            else ("max_freq", "cur_freq")
+        )
+        self._cap = Knob(self.root, self.path, cap)
+        self._cur = Knob(self.root, self.path, cur)
 
     @property
     def cap_path(self) -> Path:
-        return self.path / ("scaling_max_freq" if self.kind == "cpufreq" else "max_freq")
-
-    @property
-    def cur_path(self) -> Path:
-        return self.path / ("scaling_cur_freq" if self.kind == "cpufreq" else "cur_freq")
+        return self._cap.path
 
     @property
     def per_mhz(self) -> int:
@@ -72,61 +174,64 @@ class FrequencyDomain:
     def available_mhz(self) -> tuple[float, ...]:
         return tuple(value / self.per_mhz for value in self.table)
 
-    def snap(self, mhz: float) -> int:
-        """The raw value a cap of `mhz` is written as."""
+    def snap(self, mhz: float, floor_mhz: float | None = None) -> int:
+        """The raw value a cap of `mhz` is written as: the highest table entry not above it, but
+        never below `floor_mhz` (the governed range's floor) when an entry at or above that exists,
+        and never below the lowest entry."""
         raw = min(max(round(mhz * self.per_mhz), self.hw_min), self.hw_max)
         if not self.table:
             return raw
         below = [value for value in self.table if value <= raw]
-        return max(below) if below else self.table[0]
+        snapped = max(below) if below else self.table[0]
+        if floor_mhz is not None:
+            floor = round(floor_mhz * self.per_mhz)
+            if snapped < floor:
+                snapped = min((v for v in self.table if v >= floor), default=snapped)
+        return snapped
 
-    def _read_raw(self, path: Path) -> int | None:
-        try:
-            return parse_int(read_text(path))
-        except OSError:
-            return None
+    def _mhz(self, knob: Knob) -> float | None:
+        text = knob.read()
+        raw = None if text is None else parse_int(text)
+        return None if raw is None else raw / self.per_mhz
 
     def read_cap_mhz(self) -> float | None:
-        raw = self._read_raw(self.cap_path)
-        return None if raw is None else raw / self.per_mhz
+        return self._mhz(self._cap)
 
     def read_cur_mhz(self) -> float | None:
-        raw = self._read_raw(self.cur_path)
-        return None if raw is None else raw / self.per_mhz
+        return self._mhz(self._cur)
 
     def read_cap_text(self) -> str | None:
         """The cap exactly as the kernel shows it, for the baseline."""
-        return read_line(self.cap_path)
+        text = self._cap.read()
+        line = None if text is None else text.split("\n", 1)[0].strip("\x00 \t")
+        return line or None
 
-    def write_cap(self, mhz: float) -> float:
-        """Write the snapped cap unless it is already in force; returns the cap in MHz.
-
-        Raises DomainWriteError if the baseline cannot be saved first or the kernel refuses.
-        """
-        return self.change_cap(mhz)[1]
-
-    def change_cap(self, mhz: float) -> tuple[float | None, float]:
-        """write_cap, returning the cap before (None if unreadable) and after, in MHz."""
-        raw = self.snap(mhz)
-        before = self._read_raw(self.cap_path)
+    def change_cap(self, mhz: float, floor_mhz: float | None = None) -> tuple[float | None, float]:
+        """Write the snapped cap unless it is already in force; returns the cap before (None if
+        unreadable) and after, in MHz. Raises DomainWriteError if the kernel refuses."""
+        raw = self.snap(mhz, floor_mhz)
+        text = self._cap.read()
+        before = None if text is None else parse_int(text)
         old = None if before is None else before / self.per_mhz
         if before != raw:
-            if self.baseline is not None:
-                self.baseline.remember(self)
             self.write_raw(str(raw))
         return old, raw / self.per_mhz
 
     def write_raw(self, value: str) -> None:
         try:
-            fd = os.open(self.cap_path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
-            try:
-                os.write(fd, value.encode("ascii"))
-            finally:
-                os.close(fd)
+            self._cap.write(value)
+        except UnsafeFileError as exc:
+            raise DomainWriteError(
+                f"{self.name}: {self.cap_path} {exc.strerror}; refused, nothing written"
+            ) from exc
         except OSError as exc:
             raise DomainWriteError(
                 f"{self.name}: writing {value} to {self.cap_path}: {exc.strerror}"
             ) from exc
+
+    def close(self) -> None:
+        self._cap.close()
+        self._cur.close()
 
 
 def _parse_table(text: str | None) -> tuple[int, ...]:
@@ -134,14 +239,14 @@ def _parse_table(text: str | None) -> tuple[int, ...]:
     return tuple(sorted(value for value in values if value is not None and value > 0))
 
 
-def _cpufreq_domain(path: Path) -> FrequencyDomain | None:
+def _cpufreq_domain(root: Path, path: Path) -> FrequencyDomain | None:
     hw_min = parse_int(read_line(path / "cpuinfo_min_freq") or "")
     hw_max = parse_int(read_line(path / "cpuinfo_max_freq") or "")
     if hw_min is None or hw_max is None or hw_min > hw_max:
         log.warning("%s: no readable cpuinfo_min/max_freq, not governed", path)
         return None
     table = _parse_table(read_line(path / "scaling_available_frequencies"))
-    return FrequencyDomain(path.name, "cpufreq", path, hw_min, hw_max, table)
+    return FrequencyDomain(path.name, "cpufreq", path, hw_min, hw_max, table, root)
 
 
 def _is_governed_devfreq(name: str, path: Path) -> bool:
@@ -150,16 +255,16 @@ def _is_governed_devfreq(name: str, path: Path) -> bool:
     return bool(tokens & _GOVERNED_TOKENS) or (of_node is not None and of_node in _GOVERNED_TOKENS)
 
 
-def _devfreq_domain(path: Path) -> FrequencyDomain | None:
+def _devfreq_domain(root: Path, path: Path) -> FrequencyDomain | None:
     table = _parse_table(read_line(path / "available_frequencies"))
     if table:
-        return FrequencyDomain(path.name, "devfreq", path, table[0], table[-1], table)
+        return FrequencyDomain(path.name, "devfreq", path, table[0], table[-1], table, root)
     hw_min = parse_int(read_line(path / "min_freq") or "")
     hw_max = parse_int(read_line(path / "max_freq") or "")
     if hw_min is None or hw_max is None or hw_min > hw_max:
         log.warning("%s: no frequency table or range, not governed", path)
         return None
-    return FrequencyDomain(path.name, "devfreq", path, hw_min, hw_max)
+    return FrequencyDomain(path.name, "devfreq", path, hw_min, hw_max, (), root)
 
 
 def _policy_number(entry: str) -> int:
@@ -167,19 +272,17 @@ def _policy_number(entry: str) -> int:
     return int(digits) if digits.isdigit() else 1 << 30
 
 
-def discover(root: str | Path, baseline: Baseline | None = None) -> list[FrequencyDomain]:
+def discover(root: str | Path) -> list[FrequencyDomain]:
     root = Path(root)
     domains: list[FrequencyDomain] = []
     cpufreq = root / "sys/devices/system/cpu/cpufreq"
     for entry in sorted(list_dir(cpufreq), key=_policy_number):
-        if entry.startswith("policy") and (domain := _cpufreq_domain(cpufreq / entry)):
+        if entry.startswith("policy") and (domain := _cpufreq_domain(root, cpufreq / entry)):
             domains.append(domain)
     devfreq = root / "sys/class/devfreq"
     for entry in list_dir(devfreq):
         if _is_governed_devfreq(entry, devfreq / entry) and (
-            domain := _devfreq_domain(devfreq / entry)
+            domain := _devfreq_domain(root, devfreq / entry)
         ):
             domains.append(domain)
-    for domain in domains:
-        domain.baseline = baseline
     return domains

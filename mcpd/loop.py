@@ -168,7 +168,7 @@ class ControlLoop:
         self._next_ping = now
         self._last_scan = now
         self.sensors = self._discover_sensors()
-        self.actuators = Actuators(events)
+        self.actuators = Actuators(events, baseline)
         self._sync_domains()
         self._check_governable()
         self.snapshot = self._build_snapshot()
@@ -346,7 +346,7 @@ class ControlLoop:
 
     def _sync_domains(self) -> None:
         g = self.settings.governor
-        found = domains.discover(self.root, self.baseline)
+        found = domains.discover(self.root)
         changes = self.actuators.sync(found, g.min_mhz, g.max_mhz, self.settings.domain_overrides)
         for change in changes:
             log.info(
@@ -433,6 +433,8 @@ class ControlLoop:
     # -- status ----------------------------------------------------------------------------------
 
     def _housekeeping(self) -> None:
+        if self.baseline is not None:
+            self.baseline.keep()  # a copy lost with a full disk or a removed folder is saved again
         self._read_clocks()
         self.snapshot = self._build_snapshot()
         self.notifier.status(status.line(self.snapshot))

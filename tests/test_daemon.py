@@ -197,6 +197,7 @@ def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
             "daemon": {
                 "sysfs_root": str(sim.root),
                 "state_dir": str(tmp_path / "state"),
+                "runtime_dir": str(tmp_path / "run"),
                 "socket": str(tmp_path / "mcpd.sock"),
             },
             "governor": {"profiles": {"quiet": {"temp_high_c": 60.0, "temp_low_c": 50.0}}},

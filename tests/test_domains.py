@@ -1,10 +1,9 @@
-"""Frequency domains: snapping, writes only on change, baseline first, restore only to domains."""
+"""Frequency domains: snapping, writes only on change, knobs that a planted link cannot redirect."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable
+import resource
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcpd import domains
-from mcpd.baseline import Baseline
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ
 from tests.fakesys import FakeSysfs
 
@@ -41,6 +39,16 @@ def test_snap_is_the_highest_table_entry_not_above_the_cap(mhz: float) -> None:
     assert raw == (max(below) if below else RK_A76_KHZ[0])
 
 
+@given(st.floats(min_value=1.0, max_value=5000.0), st.floats(min_value=300.0, max_value=2208.0))
+def test_snap_never_goes_below_the_floor_when_the_table_allows(mhz: float, floor: float) -> None:
+    """The governed range's floor (800 MHz by default) holds even where the table has no entry
+    at it: RK3588's A76 table goes 600 -> 816 MHz."""
+    domain = domains.FrequencyDomain("policy4", "cpufreq", Path("/"), 408000, 2208000, RK_A76_KHZ)
+    raw = domain.snap(max(mhz, floor), floor)
+    assert raw in RK_A76_KHZ and raw >= floor * 1000 - 0.5
+    assert domain.snap(800.0, 800.0) == 816000
+
+
 @given(st.floats(min_value=1.0, max_value=9000.0))
 def test_snap_without_table_clamps_to_the_hardware_range(mhz: float) -> None:
     domain = domains.FrequencyDomain("policy0", "cpufreq", Path("/"), 400000, 4700000)
@@ -49,127 +57,26 @@ def test_snap_without_table_clamps_to_the_hardware_range(mhz: float) -> None:
 
 def test_units_cpufreq_khz_devfreq_hz(fake: FakeSysfs) -> None:
     found = rk3588(fake)
-    assert found["policy4"].write_cap(1700) == 1608.0
+    assert found["policy4"].change_cap(1700) == (2208.0, 1608.0)
     assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "1608000"
-    assert found["fdab0000.npu"].write_cap(650) == 600.0
+    assert found["fdab0000.npu"].change_cap(650)[1] == 600.0
     assert cap_text(fake, f"{NPU}/max_freq") == "600000000"
-    assert found["policy0"].write_cap(1234.5678) == 1234.568
-    assert found["fdab0000.npu"].write_cap(1) == 300.0  # never below the lowest entry
+    assert found["policy0"].change_cap(1234.5678)[1] == 1234.568
+    assert found["fdab0000.npu"].change_cap(1)[1] == 300.0  # never below the lowest entry
 
 
 def test_write_only_when_the_cap_changes(fake: FakeSysfs) -> None:
     domain = rk3588(fake)["policy4"]
     path = fake.root / POLICY4 / "scaling_max_freq"
-    domain.write_cap(1500)
+    domain.change_cap(1500)
     before = os.stat(path)
-    domain.write_cap(1450)  # snaps to the same 1416000
+    domain.change_cap(1450)  # snaps to the same 1416000
     after = os.stat(path)
     assert (before.st_mtime_ns, before.st_ino) == (after.st_mtime_ns, after.st_ino)
     # ... but an outside change (nvpmodel, a user) is corrected on the next decision.
     path.write_text("2208000\n")
-    domain.write_cap(1450)
+    domain.change_cap(1450)
     assert path.read_text() == "1416000"
-
-
-def test_baseline_saved_before_the_first_write(fake: FakeSysfs, tmp_path: Path) -> None:
-    found = rk3588(fake)
-    baseline = Baseline(tmp_path / "state", fake.root)
-    for domain in found.values():
-        domain.baseline = baseline
-    assert not (tmp_path / "state/baseline.json").exists()
-    found["fdab0000.npu"].write_cap(500)
-    saved = json.loads((tmp_path / "state/baseline.json").read_text())
-    assert saved["domains"] == {
-        "fdab0000.npu": {"path": "sys/class/devfreq/fdab0000.npu/max_freq", "value": "1000000000"}
-    }
-    assert saved["boot_id"] == "8c7b5ac6-0000-4000-8000-000000000001"
-
-
-def test_no_write_without_a_baseline(fake: FakeSysfs, tmp_path: Path) -> None:
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("")
-    domain = rk3588(fake)["policy4"]
-    domain.baseline = Baseline(not_a_dir, fake.root)
-    with pytest.raises(domains.DomainWriteError, match="cannot save the baseline"):
-        domain.write_cap(500)
-    assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "2208000\n"
-
-
-def test_restore_after_a_crash_keeps_the_original(fake: FakeSysfs, tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    domain = rk3588(fake)["policy4"]
-    domain.baseline = Baseline(state, fake.root)
-    domain.write_cap(1000)
-    # kill -9 here; the daemon restarts and throttles further before anyone restores.
-    restarted = rk3588_again(fake, state)
-    restarted.write_cap(600)
-    report = Baseline(state, fake.root).restore(domains.discover(fake.root))
-    assert report.restored == ("policy4",) and report.problems == ()
-    assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "2208000"
-    assert not (state / "baseline.json").exists()
-    again = Baseline(state, fake.root).restore(domains.discover(fake.root))
-    assert again.restored == () and again.problems == ()  # idempotent
-
-
-def rk3588_again(fake: FakeSysfs, state: Path) -> domains.FrequencyDomain:
-    (domain,) = [
-        d for d in domains.discover(fake.root, Baseline(state, fake.root)) if d.name == "policy4"
-    ]
-    return domain
-
-
-def test_stale_baseline_from_an_earlier_boot_is_set_aside(fake: FakeSysfs, tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    domain = rk3588(fake)["policy4"]
-    domain.baseline = Baseline(state, fake.root)
-    domain.write_cap(1000)
-    fake.file("proc/sys/kernel/random/boot_id", "8c7b5ac6-0000-4000-8000-000000000002\n")
-    fake.file(f"{POLICY4}/scaling_max_freq", "2208000\n")  # the firmware's cap after the reboot
-    baseline = Baseline(state, fake.root)
-    assert baseline.entries == {}
-    assert (state / "baseline.json.stale").exists()
-
-
-@pytest.mark.parametrize(
-    "content",
-    ["{not json", '{"format": 1}', '{"format": 1, "boot_id": null, "domains": {"x": 1}}', "[]"],
-)
-def test_corrupt_baseline_is_set_aside(tmp_path: Path, content: str) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "baseline.json").write_text(content)
-    assert Baseline(state, tmp_path).entries == {}
-    assert (state / "baseline.json.corrupt").read_text() == content
-
-
-def test_restore_refuses_paths_that_are_not_a_domain_cap(fake: FakeSysfs, tmp_path: Path) -> None:
-    """ExecStopPost runs restore privileged: a tampered file must not become a sysfs write."""
-    rk3588(fake)
-    target = fake.root / "sys/kernel/mm/transparent_hugepage/enabled"
-    target.parent.mkdir(parents=True)
-    target.write_text("always\n")
-    state = tmp_path / "state"
-    state.mkdir()
-    tampered = {"format": 1, "boot_id": "8c7b5ac6-0000-4000-8000-000000000001",
-                "domains": {"policy4": {"path": "sys/kernel/mm/transparent_hugepage/enabled", "value": "never"},
-                            "evil": {"path": "sys/kernel/mm/transparent_hugepage/enabled", "value": "never"}}}  # fmt: skip
-    (state / "baseline.json").write_text(json.dumps(tampered))
-    report = Baseline(state, fake.root).restore(domains.discover(fake.root))
-    assert report.restored == ()
-    assert any("not the domain's cap; refused" in p for p in report.problems)
-    assert any("evil: not present" in p for p in report.problems)
-    assert target.read_text() == "always\n"
-
-
-def test_restore_keeps_entries_of_absent_domains(fake: FakeSysfs, tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    found = rk3588(fake)
-    for domain in found.values():
-        domain.baseline = Baseline(state, fake.root)
-    found["fdab0000.npu"].write_cap(300)
-    report = Baseline(state, fake.root).restore([found["policy4"]])
-    assert report.restored == () and "fdab0000.npu: not present" in report.problems[0]
-    assert "fdab0000.npu" in Baseline(state, fake.root).entries
 
 
 def test_kernel_refusal_is_an_error_not_a_crash(fake: FakeSysfs) -> None:
@@ -177,63 +84,74 @@ def test_kernel_refusal_is_an_error_not_a_crash(fake: FakeSysfs) -> None:
     (fake.root / POLICY4 / "scaling_max_freq").unlink()
     (fake.root / POLICY4 / "scaling_max_freq").mkdir()
     with pytest.raises(domains.DomainWriteError, match="policy4: writing 1416000"):
-        domain.write_cap(1500)
+        domain.change_cap(1500)
 
 
-def test_restore_command(fake: FakeSysfs, tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    state = tmp_path / "state"
+def test_a_cap_file_that_is_a_symlink_is_refused(fake: FakeSysfs, tmp_path: Path) -> None:
+    """`mcpd restore` writes caps as root: a link planted at a cap must never be followed."""
     domain = rk3588(fake)["policy4"]
-    domain.baseline = Baseline(state, fake.root)
-    domain.write_cap(800)
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "restore",
-        "--sysfs-root",
-        str(fake.root),
-        "--state-dir",
-        str(state),
-    ]
-    first = subprocess.run(command, capture_output=True, text=True)
-    assert first.returncode == 0 and "restored policy4" in first.stdout
-    assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "2208000"
-    second = subprocess.run(command, capture_output=True, text=True)
-    assert second.returncode == 0 and "nothing to restore" in second.stdout
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    knob = fake.root / POLICY4 / "scaling_max_freq"
+    knob.unlink()
+    knob.symlink_to(victim)
+    with pytest.raises(domains.DomainWriteError, match="is a symlink; refused, nothing written"):
+        domain.write_raw("1416000")
+    assert victim.read_text() == "precious\n"
+    assert domain.read_cap_mhz() is None
 
 
-def test_restore_as_root_leaves_the_file_to_the_state_folders_owner(
+def test_a_domain_that_resolves_outside_the_sysfs_root_is_refused(
     fake: FakeSysfs, tmp_path: Path
 ) -> None:
-    """ExecStopPost's `mcpd restore` runs as root; the daemon reading the file next runs as mcpd."""
-    state = tmp_path / "state"
-    state.mkdir()
-    os.chown(state, 4242, 4343)
-    found = rk3588(fake)
-    baseline = Baseline(state, fake.root)
-    for domain in found.values():
-        domain.baseline = baseline
-    found["fdab0000.npu"].write_cap(300)
-    found["policy4"].write_cap(600)
-    Baseline(state, fake.root).restore([found["policy4"]])  # the NPU is absent: its entry stays
-    owner = (state / "baseline.json").stat()
-    assert (owner.st_uid, owner.st_gid) == (4242, 4343)
+    domain = rk3588(fake)["fdab0000.npu"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "max_freq").write_text("precious\n")
+    (fake.root / "sys/class/devfreq/fdab0000.npu").unlink()
+    (fake.root / "sys/class/devfreq/fdab0000.npu").symlink_to(elsewhere)
+    with pytest.raises(domains.DomainWriteError, match="outside the sysfs root"):
+        domain.write_raw("300000000")
+    assert (elsewhere / "max_freq").read_text() == "precious\n"
 
 
-def test_an_unreadable_baseline_blocks_writes_instead_of_being_replaced(
-    fake: FakeSysfs, tmp_path: Path, errno_overlay: Callable[[Path, dict[str, str]], Path]
+def test_a_folder_swapped_for_a_link_while_opening_is_not_followed(
+    fake: FakeSysfs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = tmp_path / "state"
+    """The folder is resolved, then walked one component at a time without following links: a
+    component replaced by a link between the two (the race a resolve-then-open would lose) makes
+    the open fail instead of redirecting the write."""
     domain = rk3588(fake)["policy4"]
-    domain.baseline = Baseline(state, fake.root)
-    domain.write_cap(1000)
-    overlay = errno_overlay(state, {"baseline.json": "EACCES"})
-    baseline = Baseline(overlay, fake.root)
-    assert baseline.unreadable is not None and "Permission denied" in baseline.unreadable
-    domain.baseline = baseline
-    with pytest.raises(domains.DomainWriteError, match="the baseline is unreadable"):
-        domain.write_cap(600)
+    before = {str(p): os.path.realpath(p) for p in (fake.root, fake.root / POLICY4)}
+    outside = tmp_path / "outside/policy4"
+    outside.mkdir(parents=True)
+    (outside / "scaling_max_freq").write_text("precious\n")
+    cpufreq = fake.root / "sys/devices/system/cpu/cpufreq"
+    cpufreq.rename(tmp_path / "moved")
+    cpufreq.symlink_to(outside.parent)
+    monkeypatch.setattr(domains.os.path, "realpath", lambda p: before.get(str(p), str(p)))
+    with pytest.raises(
+        domains.DomainWriteError, match=r"writing 1416000 to .*: (Not a directory|Too many levels)"
+    ):
+        domain.write_raw("1416000")
+    assert (outside / "scaling_max_freq").read_text() == "precious\n"
+
+
+def test_a_cap_is_written_through_a_kept_descriptor(fake: FakeSysfs) -> None:
+    """Cap writes need no free descriptor once a domain is in use: a process out of descriptors
+    (a flood of clients) still throttles."""
+    domain = rk3588(fake)["policy4"]
+    domain.change_cap(1500)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+        with pytest.raises(OSError):
+            while True:
+                fillers.append(os.open("/dev/null", os.O_RDONLY))
+        assert domain.change_cap(1000) == (1416.0, 816.0)
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert cap_text(fake, f"{POLICY4}/scaling_max_freq") == "816000"

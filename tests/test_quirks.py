@@ -233,7 +233,7 @@ def test_offline_cpu_policy(fake: FakeSysfs) -> None:
     shutil.rmtree(fake.root / rel)
     assert domain.read_cap_mhz() is None
     with pytest.raises(domains.DomainWriteError):
-        domain.write_cap(500)
+        domain.change_cap(500)
 
 
 def test_device_tree_and_release_formats(fake: FakeSysfs) -> None:

@@ -56,7 +56,7 @@ def test_caps_written_by_mcpd_lower_clocks_power_and_temperature(tmp_path: Path)
     simulator.advance(1.0)
     uncapped_w = sensors.sample_powers(1.0).watts
     for domain in domains.discover(simulator.root):
-        domain.write_cap(domain.max_mhz * 0.5)
+        domain.change_cap(domain.max_mhz * 0.5)
     simulator.advance(1.0)
     capped_w = sensors.sample_powers(2.0).watts
     assert uncapped_w is not None and capped_w is not None
