@@ -117,7 +117,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
     if not pid.isdigit() or int(pid) <= 0:
         print("mcpd reload: give the daemon's process id (--pid, or $MAINPID)", file=sys.stderr)
         return 2
-    folder = Path(args.runtime_dir or reloading.runtime_dir(os.environ, str(_DEFAULT_SOCKET)))
+    # Not from the config file: the file being reloaded may be the broken one.
+    given = args.runtime_dir or os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    folder = Path(given or config.DaemonSection().runtime_dir)
     try:
         verdict = reloading.request(int(pid), folder, args.timeout)
     except reloading.NoDaemon as exc:
@@ -128,9 +130,6 @@ def cmd_reload(args: argparse.Namespace) -> int:
         return 2
     print(verdict.message, file=sys.stdout if verdict.ok else sys.stderr)
     return 0 if verdict.ok else 1
-
-
-_DEFAULT_SOCKET = config.DaemonSection().socket
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -248,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reload.add_argument("--pid", help="the daemon's process id (default $MAINPID, as systemd sets)")
     reload.add_argument("--runtime-dir",
-                        help="where the daemon writes its verdict (default $RUNTIME_DIRECTORY, "
-                             "else /run/mcpd)")  # fmt: skip
+                        help="the daemon's [daemon] runtime_dir, where it writes its verdict "
+                             "(default $RUNTIME_DIRECTORY, as systemd sets, else /run/mcpd)")  # fmt: skip
     reload.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
     reload.set_defaults(func=cmd_reload, default_level="warning")
 

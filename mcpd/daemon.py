@@ -68,7 +68,6 @@ class Daemon:
         self.config = load_config()
         self.follow_log_level = follow_log_level
         """Apply [daemon] log_level on reload (not when --log-level fixed it)."""
-        self.runtime_dir = reloading.runtime_dir(os.environ, self.config.daemon.socket)
         self.profile = self.config.governor.profile
         # Reloads (main thread) and profile commands (telemetry thread) both set loop settings.
         self._settings_lock = threading.Lock()
@@ -275,7 +274,7 @@ class Daemon:
         self.events.publish(Event("daemon", "configuration reloaded"))
         self.notifier.ready(status.line(self.loop.snapshot))
         verdict = reloading.Verdict(os.getpid(), began, True, "configuration reloaded")
-        reloading.write(self.runtime_dir, verdict)
+        reloading.write(Path(self.config.daemon.runtime_dir), verdict)
 
     def _reject(self, began: float, problems: list[str], text: str) -> None:
         # One journal line: the problems joined, so that `journalctl -p err` shows all of them.
@@ -283,7 +282,8 @@ class Daemon:
                   text.replace("\n", "; "))  # fmt: skip
         self.events.publish(Event("daemon", "reload rejected", {"problems": problems}))
         self.notifier.ready(status.line(self.loop.snapshot))
-        reloading.write(self.runtime_dir, reloading.Verdict(os.getpid(), began, False, text))
+        verdict = reloading.Verdict(os.getpid(), began, False, text)
+        reloading.write(Path(self.config.daemon.runtime_dir), verdict)
 
     def _restore(self) -> None:
         report = self.baseline.restore(domains.discover(self.root))

@@ -2,8 +2,7 @@
 
 `kill -HUP` returns before the daemon has read the file, so `systemctl reload` reported success for a
 config the daemon then rejected. Here the daemon, after each reload, writes its verdict to
-`reload-verdict.json` in its runtime directory (atomically: a fresh temporary file renamed over
-it), stamped with its pid and the CLOCK_MONOTONIC time at which that reload *began*, before it read
+`reload-verdict.json` in its `[daemon] runtime_dir` (atomically, through mcpd.safefs), stamped with its pid and the CLOCK_MONOTONIC time at which that reload *began*, before it read
 the config. `mcpd reload` notes the monotonic time, sends SIGHUP, and waits for a verdict of that
 pid that began after that time: only a reload that began after the signal can have read the file
 as it is now, so neither an older verdict nor one of a reload already under way is mistaken for
@@ -18,18 +17,16 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sensors.sysfs import open_regular
+from mcpd import safefs
 
 log = logging.getLogger("mcpd")
 
 VERDICT_FILE = "reload-verdict.json"
-DEFAULT_RUNTIME_DIR = Path("/run/mcpd")
 _MAX_VERDICT_BYTES = 65536
 
 
@@ -42,27 +39,14 @@ class Verdict:
     message: str
 
 
-def runtime_dir(environ: Mapping[str, str], socket: str) -> Path:
-    """systemd's RuntimeDirectory= (it sets $RUNTIME_DIRECTORY for the daemon and for ExecReload
-    alike); without systemd, the folder of the daemon's socket."""
-    given = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-    return Path(given) if given else Path(socket).parent
-
-
 def write(folder: Path, verdict: Verdict) -> None:
     """Publish a verdict; a failure is logged, never raised (the reload itself has happened)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        # mkstemp: O_EXCL with a fresh name, so nothing planted in the folder is written through.
-        fd, tmp = tempfile.mkstemp(prefix=".reload-verdict-", dir=folder)
+        fd = safefs.open_folder(folder, create=True, mode=0o755)
         try:
-            os.fchmod(fd, 0o644)  # readable by `mcpd reload` whoever runs it
-            with os.fdopen(fd, "w") as file:
-                json.dump(asdict(verdict), file)
-            os.replace(tmp, folder / VERDICT_FILE)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+            safefs.write_file(fd, VERDICT_FILE, json.dumps(asdict(verdict)).encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
         log.error("reload: cannot write the verdict to %s (%s)", folder, exc.strerror or exc)
 
@@ -70,20 +54,17 @@ def write(folder: Path, verdict: Verdict) -> None:
 def read(folder: Path) -> Verdict | None:
     """The newest verdict, or None when there is none or it is not one."""
     try:
-        fd = open_regular(folder / VERDICT_FILE, follow_symlinks=False)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, _MAX_VERDICT_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
+        fd = safefs.open_folder(folder)
+        try:
+            data = safefs.read_file(fd, VERDICT_FILE, _MAX_VERDICT_BYTES)
+        finally:
+            os.close(fd)
+        if data is None:
+            return None
         fields = json.loads(data)
         return Verdict(int(fields["pid"]), float(fields["began"]), bool(fields["ok"]),
                        str(fields["message"]))  # fmt: skip
-    except (ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 

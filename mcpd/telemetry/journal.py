@@ -15,8 +15,8 @@ whole. A damaged file is set aside as `<name>.corrupt` (one, the newest) for a p
 and a fresh file is written; a file that is not a regular file (a FIFO, a symlink, a device) is
 never read, so it cannot block the publisher. Appends are one `write()` per batch and reach the
 page cache at once, so a daemon crash loses nothing; `fsync` is the caller's choice (see Spool).
-Rewrites are atomic: a fresh temporary file (O_EXCL, so nothing planted is written through), fsync,
-rename, fsync of the folder.
+Rewrites are atomic (mcpd.safefs: a fresh O_EXCL temporary, so nothing planted is written through,
+fsync, rename, fsync of the folder).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import errno
 import logging
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from mcpd import safefs
 from sensors.sysfs import open_regular
 
 log = logging.getLogger("mcpd.telemetry")
@@ -227,22 +227,11 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def replace_atomically(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all, through a fresh temporary file of a random name (mkstemp:
-    O_EXCL, so a file or link planted in the folder is never written through)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write `path` whole or not at all (mcpd.safefs: a fresh O_EXCL name renamed over it, so a
+    file or link planted in the folder is never written through)."""
+    folder = safefs.open_folder(path.parent)
     try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(folder)
+        safefs.write_file(folder, path.name, data, mode=0o600)
     finally:
         os.close(folder)
 

@@ -13,8 +13,8 @@ import os
 import zlib
 from pathlib import Path
 
+from mcpd import safefs
 from mcpd.telemetry import journal
-from sensors.sysfs import open_regular
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -39,18 +39,17 @@ def save(path: Path, seq: int) -> None:
 def read(path: Path) -> tuple[int | None, str | None]:
     """The saved next seq, or None and why it is in doubt (None, None: no record, no doubt)."""
     try:
-        fd = open_regular(path, follow_symlinks=False)
-    except FileNotFoundError:
+        folder = safefs.open_folder(path.parent)
+        try:
+            data = safefs.read_file(folder, path.name, 64)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        return None, f"{path} unusable ({exc.strerror or exc})"
+    if data is None:
         return None, None
-    except OSError as exc:
-        return None, f"{path} unusable ({journal.describe(exc)})"
-    try:
-        text = os.read(fd, 64).decode("ascii", errors="replace")
-    except OSError as exc:
-        return None, f"{path} unreadable ({exc.strerror})"
-    finally:
-        os.close(fd)
+    text = data.decode("ascii", errors="replace")
     head = text.split(" ", 1)[0]
-    if head.isascii() and head.isdigit() and len(head) < 20 and text.encode() == _record(int(head)):
+    if head.isascii() and head.isdigit() and len(head) < 20 and data == _record(int(head)):
         return int(head), None
     return None, f"{path} is damaged"
