@@ -2,8 +2,8 @@
 
 `kill -HUP` returns before the daemon has read the file, so `systemctl reload` reported success for a
 config the daemon then rejected. Here the daemon, after each reload, writes its verdict to
-`reload-verdict.json` in its `[daemon] runtime_dir` (atomically, through mcpd.safefs), stamped with its pid and the CLOCK_MONOTONIC time at which that reload *began*, before it read
-the config. `mcpd reload` notes the monotonic time, sends SIGHUP, and waits for a verdict of that
+`reload-verdict.json` in its `[daemon] runtime_dir` (atomically, through mcpd.safefs), stamped with
+its pid and the CLOCK_MONOTONIC time at which that reload *began*, before it read the config. `mcpd reload` notes the monotonic time, sends SIGHUP, and waits for a verdict of that
 pid that began after that time: only a reload that began after the signal can have read the file
 as it is now, so neither an older verdict nor one of a reload already under way is mistaken for
 the answer (CLOCK_MONOTONIC is one clock for every process of a boot, which is also how systemd's
