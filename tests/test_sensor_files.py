@@ -111,3 +111,19 @@ def test_a_fifo_in_place_of_the_temperature_keeps_the_loop_deciding(fake: FakeSy
     set_temp(fake, 60.0)
     within(10, lambda: run_for(loop, clock, 1.0))
     assert loop.snapshot.state == "raising"
+
+
+def test_a_sensor_linked_to_dev_zero_from_the_start_recovers_when_the_file_returns(
+    fake: FakeSysfs,
+) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    (fake.root / ZONE).unlink()
+    (fake.root / ZONE).symlink_to("/dev/zero")
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 2.0)
+    assert loop.snapshot.state == "fail-safe"
+    (fake.root / ZONE).unlink()
+    set_temp(fake, 80.0)
+    run_for(loop, clock, 11.0)  # the periodic rescan of a fake tree opens the real file
+    assert loop.snapshot.state == "holding"
+    assert loop.snapshot.temperature_c == 80.0
