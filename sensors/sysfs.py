@@ -37,6 +37,8 @@ _FAILURES: dict[str, str] = {}
 """Path -> why it is failing, for every attribute in a fault episode. Per path rather than per
 Attribute, so that re-discovery (new Attribute objects for the same files) does not start a second
 episode in the log. Only the control loop's thread reads sensors."""
+_MAX_FAILURES = 1024
+"""Far more attributes than a board has; the oldest episode is forgotten beyond it."""
 
 
 def file_kind(mode: int) -> str:
@@ -177,6 +179,8 @@ class Attribute:
         self.close()
         if self.path not in _FAILURES:
             log.warning("%s: unavailable (%s); logged once until it recovers", self.path, why)
+            if len(_FAILURES) >= _MAX_FAILURES:  # paths that never came back (renumbered hwmon)
+                del _FAILURES[next(iter(_FAILURES))]
         _FAILURES[self.path] = why
 
     def _ok(self, value: int) -> int:

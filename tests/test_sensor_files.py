@@ -127,3 +127,12 @@ def test_a_sensor_linked_to_dev_zero_from_the_start_recovers_when_the_file_retur
     run_for(loop, clock, 11.0)  # the periodic rescan of a fake tree opens the real file
     assert loop.snapshot.state == "holding"
     assert loop.snapshot.temperature_c == 80.0
+
+
+def test_the_memory_of_fault_episodes_is_bounded(tmp_path: Path) -> None:
+    from sensors import sysfs
+
+    for index in range(sysfs._MAX_FAILURES + 10):
+        Attribute(tmp_path / f"gone{index}").read_int()  # hwmon renumbered again and again
+    assert len(sysfs._FAILURES) == sysfs._MAX_FAILURES
+    assert str(tmp_path / f"gone{sysfs._MAX_FAILURES + 9}") in sysfs._FAILURES
