@@ -316,3 +316,15 @@ def test_a_fifo_put_in_place_of_the_spool_at_run_time_never_blocks(
         within(5, lambda: spool.persist(cursor=0))
     assert "spooling in memory only" in caplog.text
     assert drain(spool) == [b"t0", b"t1"]
+
+
+def test_a_message_too_large_for_a_frame_waits_in_memory_and_the_rest_on_disk(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    spool.add("event", b"e" * journal.MAX_BODY)
+    fill(spool, "t")
+    spool.persist(cursor=0)
+    assert [len(p) for p in drain(Spool.open(path, 100, Clock()))] == [2]  # "t0" was journaled
+    assert [len(p) for p in drain(spool)] == [journal.MAX_BODY, 2]

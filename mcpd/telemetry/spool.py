@@ -226,7 +226,12 @@ class Spool:
             return
         for ident in [i for i in self._unjournaled if i > cursor]:
             del self._unjournaled[ident]
-            self._append(add_frame(self._find(ident)))
+            message = self._find(ident)
+            if len(message.payload) > frames.MAX_BODY - 9:  # with its id and kind: no frame holds it
+                log.error("telemetry spool: a %s of %d bytes waits in memory only",
+                          message.kind, len(message.payload))  # fmt: skip
+                continue
+            self._append(add_frame(message))
             self._journaled.add(ident)
         if self._done:
             self._append(done_frame(self._done))
