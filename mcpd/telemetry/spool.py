@@ -227,7 +227,9 @@ class Spool:
         for ident in [i for i in self._unjournaled if i > cursor]:
             del self._unjournaled[ident]
             message = self._find(ident)
-            if len(message.payload) > frames.MAX_BODY - 9:  # with its id and kind: no frame holds it
+            if (
+                len(message.payload) > frames.MAX_BODY - 9
+            ):  # with its id and kind: no frame holds it
                 log.error("telemetry spool: a %s of %d bytes waits in memory only",
                           message.kind, len(message.payload))  # fmt: skip
                 continue
