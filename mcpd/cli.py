@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from mcpd import __version__, config, domains
+from mcpd import __version__, config, domains, realtime
 from mcpd.baseline import Baseline, baseline_folders
 
 log = logging.getLogger("mcpd")
@@ -92,7 +92,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.log_level is None:
             logging.getLogger().setLevel(first.daemon.log_level.upper())
         live = (lambda text: print(text, flush=True)) if args.live else None
-        return asyncio.run(Daemon(load, live=live).run())
+        # Before the daemon's first thread, which inherits it (mcpd.realtime says why).
+        scheduling = realtime.enter()
+        return asyncio.run(Daemon(load, live=live, scheduling=scheduling).run())
     finally:
         stop_sim.set()
         if sim_thread is not None:

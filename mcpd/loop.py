@@ -175,6 +175,11 @@ class ControlLoop:
     def batch_size(self, model: str) -> int:
         return self._batch.get(model, 1)
 
+    @property
+    def batch_sizes(self) -> Mapping[str, int]:
+        """Every model's batch size; a new mapping (never changed in place) after each change."""
+        return self._batch
+
     def request_reload(self, settings: LoopSettings) -> None:
         """Applied whole at the start of the next tick, never half-way through a decision."""
         self._pending = settings
