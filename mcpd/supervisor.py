@@ -226,7 +226,8 @@ class ServingSupervisor:
         # Above the targets, so that no dup2 onto 3..5 overwrites a source still to be placed.
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in sources]
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-        argv = [sys.executable, "-m", "mcpd.serving", *map(str, CHILD_FDS), level]
+        argv = [sys.executable, *_interpreter_flags(), "-m", "mcpd.serving"]
+        argv += [*map(str, CHILD_FDS), level]
         env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
         try:
             self.pid = os.posix_spawn(
@@ -404,3 +405,16 @@ def _model_stats(models: object) -> dict[str, ModelStats]:
         except TypeError:
             continue
     return stats
+
+
+def _interpreter_flags() -> list[str]:
+    """The governor's own interpreter options (the package runs it isolated, without bytecode
+    writes, with the fault handler on), for the serving process too."""
+    flags = []
+    if sys.flags.isolated:
+        flags.append("-I")
+    if sys.flags.dont_write_bytecode:
+        flags.append("-B")
+    if "faulthandler" in sys._xoptions:
+        flags += ["-X", "faulthandler"]
+    return flags
