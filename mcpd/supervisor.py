@@ -43,7 +43,7 @@ from typing import Any
 from mcpd.config import Config
 from mcpd.events import Event, EventBus
 from mcpd.ipc import SLOTS, Channel, SharedBlock
-from mcpd.serving.listen import Listener, listen
+from mcpd.listen import Listener, listen
 from mcpd.standin import StandIn
 from mcpd.state import ModelStats
 

@@ -24,7 +24,7 @@ from mcpd import config as config_module
 from mcpd import status
 from mcpd.events import Event, EventBus
 from mcpd.ipc import Channel, SharedBlock
-from mcpd.serving.listen import Listener
+from mcpd.listen import Listener
 from mcpd.serving.service import InferenceService
 
 log = logging.getLogger("mcpd.serving")

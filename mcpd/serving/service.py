@@ -12,8 +12,8 @@ from aiohttp import web
 
 from mcpd.config import Config
 from mcpd.events import EventBus
+from mcpd.listen import Listener, listen
 from mcpd.serving.app import Endpoints
-from mcpd.serving.listen import Listener, listen
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.state import ModelStats
