@@ -25,6 +25,9 @@ MAX_CONNECTIONS = 64
 
 
 class StandIn:
+    TICK_S = 0.5
+    """How often connections are looked at for their deadline."""
+
     def __init__(
         self,
         listener: socket.socket,

@@ -50,9 +50,10 @@ from mcpd.state import ModelStats
 log = logging.getLogger("mcpd.supervisor")
 
 TICK_S = 0.05
-"""How often batch sizes, the status document and the child's state are looked at."""
-STATUS_S = 0.25
-"""At most this often the status document is written to shared memory."""
+"""While stopping: how often the child's exit is looked for."""
+STATUS_S = 1.0
+"""How often the status document in shared memory is refreshed, besides after every governor
+action (an event wakes the supervisor): the serving process answers status from it."""
 STABLE_S = 10.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
@@ -109,6 +110,9 @@ class ServingSupervisor:
         self._status_at = -1e9
         self._lock = threading.Lock()
         self._reload: Config | None = None
+        self._changed = False
+        """A governor action happened: publish the batch sizes and the status now."""
+        events.subscribe(self._on_event)
         self._stop = threading.Event()
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -153,6 +157,11 @@ class ServingSupervisor:
             self._reload = config
         self._wake()
 
+    def _on_event(self, event: Event) -> None:
+        if event.kind == "governor":
+            self._changed = True
+            self._wake()
+
     def stats(self) -> dict[str, ModelStats]:
         return dict(self._stats)
 
@@ -191,8 +200,18 @@ class ServingSupervisor:
             self._assign_slots(config)
             self._send_config()
         self._publish(now)
-        self._wait(TICK_S)
+        self._wait(self._timeout(now))
         self._reap()
+
+    def _timeout(self, now: float) -> float:
+        """Until the next thing due: a status refresh, a start, a stand-in deadline. A child's exit
+        needs no polling: its end of the socket pair closes, which wakes the select."""
+        due = [self._status_at + STATUS_S]
+        if self.pid is None:
+            due.append(self._next_start)
+        if self._standin is not None:
+            due.append(now + StandIn.TICK_S)
+        return max(0.0, min(due) - now)
 
     def _wait(self, timeout: float) -> None:
         assert self._wake_r is not None
@@ -299,8 +318,8 @@ class ServingSupervisor:
         )
 
     def _publish(self, now: float) -> None:
-        """Batch sizes whenever the governor changes them; the status document a few times a
-        second."""
+        """Batch sizes whenever the governor changes them; the status document after every
+        governor action and once a second."""
         assert self._block is not None
         sizes = self._batch_sizes()
         if sizes is not self._published_batch:
@@ -309,9 +328,10 @@ class ServingSupervisor:
                 if slot is not None:
                     self._block.set_batch(slot, size)
             self._published_batch = sizes
-        if now - self._status_at >= STATUS_S:
+        if self._changed or now - self._status_at >= STATUS_S:
             self._block.set_status(self._status())
             self._status_at = now
+            self._changed = False
 
     def _reap(self) -> None:
         if self.pid is None:
