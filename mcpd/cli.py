@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from mcpd import __version__, config, domains, logs
+from mcpd import __version__, config, domains, logs, realtime
 from mcpd.baseline import Baseline, baseline_folders
 
 log = logging.getLogger("mcpd")
@@ -86,7 +86,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.log_level is None:
             logging.getLogger().setLevel(first.daemon.log_level.upper())
         live = (lambda text: print(text, flush=True)) if args.live else None
-        daemon = Daemon(load, live=live, follow_log_level=args.log_level is None)
+        # Before the daemon's first thread, which inherits it (mcpd.realtime says why).
+        scheduling = realtime.enter()
+        daemon = Daemon(
+            load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
+        )
         return asyncio.run(daemon.run())
     finally:
         stop_sim.set()

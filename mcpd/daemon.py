@@ -26,8 +26,8 @@ from mcpd.baseline import Baseline, baseline_folders
 from mcpd.events import Event, EventBus
 from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
 from mcpd.notify import Notifier
-from mcpd.serving.service import InferenceService
 from mcpd.state import ModelStats, Snapshot
+from mcpd.supervisor import ServingSupervisor
 from mcpd.telemetry import TelemetryService
 from sensors.hotplug import HotplugMonitor
 
@@ -62,6 +62,7 @@ class Daemon:
         *,
         notifier: Notifier | None = None,
         live: Callable[[str], None] | None = None,
+        scheduling: str = "normal",
         follow_log_level: bool = False,
     ) -> None:
         self.load_config = load_config
@@ -89,7 +90,7 @@ class Daemon:
             hotplug=hotplug,
             on_status=self._on_status,
         )
-        self.daemon_stats = status.DaemonStats()
+        self.daemon_stats = status.DaemonStats(scheduling)
         self.services: list[Service] = self._services()
         self._requests_seen: dict[str, int] = {}
         """Requests served per model at the previous live line (once a second)."""
@@ -100,9 +101,10 @@ class Daemon:
         services: list[Service] = []
         # Services plug in here. Each gets the config and whichever of status (the JSON status
         # document), batch sizes (self.loop.batch_size) and the event bus it needs.
-        services.append(
-            InferenceService(self.config, self.status, self.loop.batch_size, self.events)
+        self.serving = ServingSupervisor(
+            self.config, self.status, lambda: self.loop.batch_sizes, self.events
         )
+        services.append(self.serving)
         services.append(TelemetryService(self.config, self.status, self.events, self.command))
         return services
 
@@ -118,7 +120,11 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         return status.document(
-            self.loop.snapshot, self.model_stats(), self.daemon_stats(), self.loop.timing.summary()
+            self.loop.snapshot,
+            self.model_stats(),
+            self.daemon_stats(),
+            self.loop.timing.summary(),
+            self.serving.info(),
         )
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +228,10 @@ class Daemon:
         snapshot = self.loop.snapshot
         names = ", ".join(d.name for d in snapshot.domains) or "none"
         plan = self.loop.sensors.power_plan
+        scheduling = self.daemon_stats.scheduling
+        (log.info if not scheduling.startswith("normal") else log.warning)(
+            "governor scheduling: %s", scheduling
+        )
         log.info(
             "ready: %s%s; %d temperature sensors, power: %s; domains: %s",
             self.board.platform, f" ({self.board.model})" if self.board.model else "",

@@ -21,7 +21,9 @@ from mcpd.state import ModelStats, Snapshot
 class DaemonStats:
     """The daemon's own CPU and memory use, measured between calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheduling: str = "normal") -> None:
+        self.scheduling = scheduling
+        """How the governor is scheduled (mcpd.realtime)."""
         self._process = psutil.Process(os.getpid())
         self._process.cpu_percent(None)
         self._started = time.monotonic()
@@ -31,10 +33,12 @@ class DaemonStats:
             cpu = self._process.cpu_percent(None)
             rss = self._process.memory_info().rss
         return {
+            "pid": self._process.pid,
             "cpu_percent": round(cpu, 2),
             "rss_mb": round(rss / 2**20, 1),
             "uptime_s": round(time.monotonic() - self._started, 1),
             "version": __version__,
+            "scheduling": self.scheduling,
         }
 
 
@@ -47,6 +51,7 @@ def document(
     models: Mapping[str, ModelStats],
     daemon: Mapping[str, Any],
     loop: Mapping[str, Any],
+    serving: Mapping[str, Any],
 ) -> dict[str, Any]:
     last = snapshot.last_action
     return {
@@ -77,19 +82,26 @@ def document(
             else {"action": last.action, "reason": last.reason, "ts": round(last.ts, 3)},
         },
         "batch": dict(snapshot.batch),
-        "inference": {
-            name: {
-                "ready": stats.ready,
-                "requests": stats.requests,
-                "errors": stats.errors,
-                "p50_ms": _round(stats.p50_ms, 3),
-                "p99_ms": _round(stats.p99_ms, 3),
-                "queue_depth": stats.queue_depth,
-            }
-            for name, stats in models.items()
-        },
+        "inference": inference(models),
         "daemon": dict(daemon),
+        "serving": dict(serving),
         "loop": dict(loop),
+    }
+
+
+def inference(models: Mapping[str, ModelStats]) -> dict[str, Any]:
+    """The document's `inference` part: the governor fills it from the serving process's last
+    report, the serving process from its own live counters."""
+    return {
+        name: {
+            "ready": stats.ready,
+            "requests": stats.requests,
+            "errors": stats.errors,
+            "p50_ms": _round(stats.p50_ms, 3),
+            "p99_ms": _round(stats.p99_ms, 3),
+            "queue_depth": stats.queue_depth,
+        }
+        for name, stats in models.items()
     }
 
 

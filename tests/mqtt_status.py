@@ -59,4 +59,5 @@ class FakeBoard:
         models = {"demo": ModelStats(True, requests, 1, 3.2, 9.8, 2)}
         daemon = {"cpu_percent": 3.5, "rss_mb": 61.2, "uptime_s": 12.0, "version": "0.1.0"}
         loop = {"sample_lateness": None, "sample_to_write": None}
-        return status.document(snapshot, models, daemon, loop)
+        serving = {"pid": 4242, "state": "ready", "restarts": 0, "last_exit": None}
+        return status.document(snapshot, models, daemon, loop, serving)

@@ -19,7 +19,7 @@ import pytest
 
 from mcpd.client import Client, ServerError
 from mcpd.config import ModelSection
-from mcpd.serving.listen import SocketError, bind
+from mcpd.listen import SocketError, bind
 from tests.conftest import PROJECT
 from tests.serving_models import mixed, scale
 from tests.serving_server import Served, config

@@ -9,6 +9,7 @@ in the state it needs, so one failure does not hide the others.
 from __future__ import annotations
 
 import grp
+import json
 import pwd
 import shutil
 import socket
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +72,18 @@ def http_status(path: Path, target: str, timeout: float = 60.0) -> int:
                 raise ConnectionError(f"closed without a response (got {head!r})")
             head += chunk
     return int(head.split(b" ", 2)[1])
+
+
+def http_json(path: Path, target: str, timeout: float = 60.0) -> Any:
+    """The JSON body of one GET over the Unix socket at `path`."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(timeout)
+        client.connect(str(path))
+        client.sendall(f"GET {target} HTTP/1.1\r\nHost: mcpd\r\nConnection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := client.recv(65536):
+            reply += chunk
+    return json.loads(reply.split(b"\r\n\r\n", 1)[1])
 
 
 def mcpd_files() -> set[str]:
@@ -249,6 +263,31 @@ def test_the_socket_answers_health_ready(system: System) -> None:
     stat = path.stat()
     assert stat.st_mode & 0o777 == 0o660
     assert grp.getgrgid(stat.st_gid).gr_name == "mcpd"
+
+
+def test_main_pid_is_the_governor_and_a_killed_serving_process_comes_back(system: System) -> None:
+    before = running(system)
+    main, ns, path = before["MainPID"], system.ns, system.ns.path(SOCKET)
+    command = ns.run("cat", f"/proc/{main}/cmdline").stdout.split("\0")
+    assert "mcpd.cli" in " ".join(command) and command[-2] == "run"
+    serving = http_json(path, "/v2/mcpd/status")["serving"]
+    child = str(serving["pid"])
+    assert ns.run("cat", f"/proc/{child}/stat").stdout.split()[3] == main  # its parent
+    # The governor runs real-time (set by the unit), serving with normal scheduling.
+    assert "SCHED_FIFO" in ns.run("chrt", "-p", main).stdout
+    assert "SCHED_OTHER" in ns.run("chrt", "-p", child).stdout
+    cursor = ns.cursor()
+    ns.run("kill", "-9", child)
+
+    def replaced() -> bool:
+        now = http_json(path, "/v2/mcpd/status")["serving"]
+        return now["pid"] not in (None, int(child)) and now["restarts"] == serving["restarts"] + 1
+
+    wait_for(replaced, 30, "a new serving process")
+    after = state(system)
+    assert (after["MainPID"], after["NRestarts"]) == (main, before["NRestarts"])
+    assert after["ActiveState"] == "active"
+    assert f"serving process {child} exited (signal SIGKILL)" in ns.journal("mcpd.service", cursor)
 
 
 def test_reload_applies_a_changed_threshold(system: System) -> None:

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from mcpd.config import Config
 from mcpd.events import EventBus
+from mcpd.listen import Listener, listen
 from mcpd.serving.app import Endpoints
-from mcpd.serving.listen import Listener, listen
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.state import ModelStats
@@ -35,6 +35,7 @@ class InferenceService:
         events: EventBus,
         *,
         shm_root: str = "/dev/shm",
+        listener: Listener | None = None,
     ) -> None:
         self.config = config
         self.repository = Repository(batch_size, events, config.daemon.max_request_bytes)
@@ -43,11 +44,15 @@ class InferenceService:
             self.repository, self.shm, status, config.daemon.max_request_bytes
         )
         self._runner: web.AppRunner | None = None
+        self._given = listener
+        """A socket someone else holds (the governor): used as it is, never bound or removed."""
         self._listener: Listener | None = None
 
     async def start(self) -> None:
         """Bind (or take systemd's socket), start serving, start loading models in the background."""
-        self._listener = listen(self.config.daemon.socket, self.config.daemon.socket_group)
+        self._listener = self._given or listen(
+            self.config.daemon.socket, self.config.daemon.socket_group
+        )
         # handler_cancellation: a client that disconnects cancels its handler, which takes its
         # request out of the queue.
         runner = web.AppRunner(

@@ -14,7 +14,7 @@ import socket
 import stat
 from dataclasses import dataclass
 
-log = logging.getLogger("mcpd.serving")
+log = logging.getLogger("mcpd.listen")
 
 SD_LISTEN_FDS_START = 3
 

@@ -1,0 +1,231 @@
+"""The governor with serving in a process of its own: its loop timing in four conditions, a serving
+process killed under full load, and the governor's memory and idle CPU.
+
+    .venv/bin/python bench/governor.py [--seconds 40] [--baseline-tree DIR]
+
+Each run is the real `mcpd run` governing a simulated Orin Nano (the simulator in a process of its
+own, as the hardware would be) and serving a ResNet-50-shaped model; the figures are the governor's
+own, from its status document, over the whole run (start-up included): sample lateness against
+the fixed grid and sample-to-write, p50/p99/max. Conditions: idle; two clients saturating the
+model; two external CPU hogs; both. With --baseline-tree DIR the same conditions also run the mcpd
+of DIR (a checkout of an earlier commit, imported through PYTHONPATH), interleaved with this tree's
+runs so that both see the same machine.
+
+Then, in this tree: two clients saturating the model and the serving process killed with SIGKILL
+after a third of the run: the time until serving answers again and the governor's largest sample
+lateness over the run; and on an idle run the governor's RSS and CPU (the serving process apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from control_loop import cpu_hog, nothing, simulated_board
+from serving import LoadGenerator, mcpd_request, process, wait_for
+
+from mcpd.client import Client
+from mcpd.demo.build import resnet50
+
+PYTHON = sys.executable
+Condition = Callable[[], AbstractContextManager[Callable[[], int]]]
+
+
+def ready(sock: Path) -> bool:
+    try:
+        with Client(str(sock), timeout=5) as client:
+            return client.model_ready("m")
+    except OSError:
+        return False
+
+
+def status(sock: Path) -> dict[str, Any]:
+    with Client(str(sock), timeout=30) as client:
+        return client.status()
+
+
+@contextmanager
+def daemon(tree: Path | None, board: Path, model: Path, folder: Path) -> Iterator[Path]:
+    """`mcpd run` (of `tree`, or of this checkout) governing `board` and serving `model` as "m"."""
+    sock = folder / "mcpd.sock"
+    (folder / "mcpd.toml").write_text(
+        f'[daemon]\nsysfs_root = "{board}"\nsocket = "{sock}"\nstate_dir = "{folder}/state"\n'
+        f'runtime_dir = "{folder}/run"\n[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
+    )
+    env = {"PYTHONPATH": str(tree)} if tree is not None else None
+    command = [PYTHON, "-m", "mcpd", "run", "--config", str(folder / "mcpd.toml")]
+    with process(command, env):
+        wait_for(lambda: ready(sock), "mcpd")
+        yield sock
+
+
+@contextmanager
+def clients(sock: Path, count: int) -> Iterator[Callable[[], int]]:
+    """`count` closed-loop clients sending one image each, until the context ends."""
+    import asyncio
+
+    x = np.random.default_rng(1).random((1, 3, 224, 224), np.float32)
+    generator = LoadGenerator(
+        lambda: asyncio.open_unix_connection(str(sock)), mcpd_request(x), count
+    )
+    answered: list[float] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            latencies, _ = generator.measure(1.0)
+            answered.extend(latencies)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield lambda: len(answered)
+    finally:
+        stop.set()
+        thread.join(30)
+        generator.close()
+
+
+def one_run(
+    tree: Path | None, model: Path, seconds: float, hogs: bool, served: bool
+) -> dict[str, Any]:
+    hog: Condition = (lambda: cpu_hog(2)) if hogs else nothing
+    # Bursts of a second: the simulated Orin Nano crosses its power limits both ways every
+    # second, so the governor writes caps all along (sample-to-write has samples).
+    with (
+        simulated_board("bursts:1/1") as board,
+        tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
+        daemon(tree, board, model, Path(folder)) as sock,
+        hog(),
+    ):
+        load: Condition = (lambda: clients(sock, 2)) if served else nothing
+        with load() as answered:
+            time.sleep(seconds)
+            doc = status(sock)
+        return {
+            "loop": doc["loop"],
+            "requests_per_s": round(answered() / seconds, 1),
+            "governor_cpu_percent": doc["daemon"]["cpu_percent"],
+        }
+
+
+CONDITIONS = {
+    "idle": (False, False),
+    "2 clients saturating the model": (False, True),
+    "2 external CPU hogs": (True, False),
+    "both": (True, True),
+}
+
+
+def conditions(
+    trees: dict[str, Path | None], model: Path, seconds: float, rounds: int
+) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name, (hogs, served) in CONDITIONS.items():
+        cell: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+        for _ in range(rounds):
+            for label, tree in trees.items():  # interleaved: the same machine for both
+                cell[label].append(one_run(tree, model, seconds, hogs, served))
+        results[name] = {label: summarize(runs) for label, runs in cell.items()}
+    return results
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the rounds of each figure."""
+
+    def median(get: Callable[[dict[str, Any]], float]) -> float:
+        return round(statistics.median(get(run) for run in runs), 3)
+
+    out: dict[str, Any] = {"rounds": len(runs)}
+    for key in ("sample_lateness", "sample_to_write"):
+        for stat in ("p50_ms", "p99_ms", "max_ms"):
+            out[f"{key}_{stat}"] = median(lambda r, k=key, s=stat: r["loop"][k][s])
+    out["requests_per_s"] = median(lambda r: r["requests_per_s"])
+    return out
+
+
+def kill_under_load(model: Path, seconds: float) -> dict[str, Any]:
+    with (
+        simulated_board("bursts:1/1") as board,
+        tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
+        daemon(None, board, model, Path(folder)) as sock,
+        clients(sock, 2),
+    ):
+        time.sleep(seconds / 3)
+        child = status(sock)["serving"]["pid"]
+        os.kill(child, signal.SIGKILL)
+        killed = time.monotonic()
+        while True:
+            if ready(sock) and status(sock)["serving"]["pid"] not in (None, child):
+                break
+            time.sleep(0.01)
+        back_s = time.monotonic() - killed
+        time.sleep(seconds * 2 / 3)
+        doc = status(sock)
+    return {"ready_again_s": round(back_s, 2), "loop": doc["loop"]}
+
+
+def footprint(model: Path, seconds: float) -> dict[str, Any]:
+    with (
+        simulated_board("idle") as board,
+        tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
+        daemon(None, board, model, Path(folder)) as sock,
+    ):
+        doc = status(sock)
+        governor = psutil.Process(doc["daemon"]["pid"])
+        serving = psutil.Process(doc["serving"]["pid"])
+        time.sleep(5)
+        before = sum(governor.cpu_times()[:2])
+        time.sleep(seconds)
+        cpu = (sum(governor.cpu_times()[:2]) - before) / seconds * 100
+        return {
+            "governor_rss_mb": round(governor.memory_info().rss / 2**20, 1),
+            "governor_cpu_percent": round(cpu, 2),
+            "serving_rss_mb": round(serving.memory_info().rss / 2**20, 1),
+            "scheduling": doc["daemon"]["scheduling"],
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=40.0, help="per run")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per condition and tree")
+    parser.add_argument("--baseline-tree", type=Path, help="an earlier checkout to compare with")
+    args = parser.parse_args()
+    trees: dict[str, Path | None] = {"this tree": None}
+    if args.baseline_tree is not None:
+        trees = {"baseline": args.baseline_tree.resolve(), **trees}
+    with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
+        model = Path(tmp) / "resnet50.onnx"
+        onnx.save(resnet50(), model)
+        report = {
+            "date": time.strftime("%Y-%m-%d"),
+            "cpus": os.cpu_count(),
+            "conditions": conditions(trees, model, args.seconds, args.rounds),
+            "serving_killed_under_load": kill_under_load(model, args.seconds),
+            "idle_footprint": footprint(model, args.seconds),
+        }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

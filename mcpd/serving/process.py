@@ -1,0 +1,149 @@
+"""The serving process: the inference service on the socket the governor holds.
+
+Started by mcpd.supervisor with the listening socket, its end of the socket pair and the shared
+block on descriptors given on the command line (the protocol is mcpd.ipc). It first makes itself
+nicer than the governor (it may have been started from a real-time process), waits for the
+configuration, serves, forwards events and sends its model statistics once a second, applies the
+configurations the governor sends on reload, and stops on SIGTERM (finishing what it has taken) or
+as soon as the governor's end of the socket pair closes (the governor is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from mcpd import config as config_module
+from mcpd import status
+from mcpd.events import Event, EventBus
+from mcpd.ipc import Channel, SharedBlock
+from mcpd.listen import Listener
+from mcpd.serving.service import InferenceService
+
+log = logging.getLogger("mcpd.serving")
+
+NICE = 5
+"""How much nicer than normal the serving process runs; its inference threads go further."""
+STATS_S = 1.0
+CONFIG_TIMEOUT_S = 30.0
+
+
+def lower_own_priority() -> None:
+    """Normal scheduling (posix_spawn already asked for it; a process started by hand from a
+    real-time shell has not) and a nicer priority than the governor."""
+    with contextlib.suppress(OSError):
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), NICE))
+
+
+class Serving:
+    def __init__(self, channel: Channel, block: SharedBlock, listener: socket.socket) -> None:
+        self.channel = channel
+        self.block = block
+        self.listener = listener
+        self.slots: dict[str, int] = {}
+        self.service: InferenceService | None = None
+        self.stop = asyncio.Event()
+        self._configs: asyncio.Queue[config_module.Config] = asyncio.Queue()
+
+    def batch_size(self, model: str) -> int:
+        slot = self.slots.get(model)
+        size = 0 if slot is None else self.block.batch(slot)
+        return size if size > 0 else 1 << 30  # unset: the model's own max_batch bounds it
+
+    def status(self) -> dict[str, Any]:
+        document = self.block.status() or {}
+        if self.service is not None:
+            document["inference"] = status.inference(self.service.stats())
+        return document
+
+    def _on_event(self, event: Event) -> None:
+        fields = {"kind": event.kind, "message": event.message, "data": dict(event.data)}
+        self.channel.send({"kind": "event", "event": {**fields, "ts": event.ts}})
+
+    def _on_readable(self) -> None:
+        messages = self.channel.receive()
+        if messages is None:
+            log.warning("the governor's end of the channel closed; stopping")
+            self.stop.set()
+            return
+        for message in messages:
+            if message.get("kind") != "config":
+                continue
+            try:
+                config = config_module.parse(message["config"], "<from the governor>")
+            except (config_module.ConfigError, KeyError) as exc:
+                log.error("configuration from the governor refused: %s", exc)
+                continue
+            slots = message.get("slots")
+            if isinstance(slots, dict):
+                self.slots = {str(k): int(v) for k, v in slots.items() if isinstance(v, int)}
+            self._configs.put_nowait(config)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        loop.add_signal_handler(signal.SIGINT, self.stop.set)
+        loop.add_reader(self.channel.fileno(), self._on_readable)
+        try:
+            first = await asyncio.wait_for(self._configs.get(), CONFIG_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.error("no configuration from the governor in %g s", CONFIG_TIMEOUT_S)
+            return 1
+        events = EventBus()
+        events.subscribe(self._on_event)
+        self.service = InferenceService(
+            first, self.status, self.batch_size, events, listener=Listener(self.listener, None)
+        )
+        await self.service.start()
+        self.channel.send({"kind": "ready"})
+        stats = asyncio.create_task(self._send_stats())
+        reloads = asyncio.create_task(self._apply_reloads())
+        await self.stop.wait()
+        stats.cancel()
+        reloads.cancel()
+        await self.service.stop()
+        return 0
+
+    async def _send_stats(self) -> None:
+        while True:
+            assert self.service is not None
+            models = {n: dataclasses.asdict(s) for n, s in self.service.stats().items()}
+            self.channel.send({"kind": "stats", "models": models})
+            await asyncio.sleep(STATS_S)
+
+    async def _apply_reloads(self) -> None:
+        while True:
+            config = await self._configs.get()
+            assert self.service is not None
+            try:
+                await self.service.reload(config)
+            except Exception:
+                log.exception("reload of the serving process failed; it keeps its models")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    listen_fd, channel_fd, block_fd = (int(arg) for arg in args[:3])
+    logging.basicConfig(
+        level=args[3].upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    lower_own_priority()
+    listener = socket.socket(fileno=listen_fd)
+    listener.setblocking(False)
+    serving = Serving(
+        Channel(socket.socket(fileno=channel_fd)), SharedBlock(block_fd, create=False), listener
+    )
+    return asyncio.run(serving.run())

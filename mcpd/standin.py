@@ -1,0 +1,124 @@
+"""While the serving process is down between crash-loop restarts, the governor answers its socket.
+
+Only then: during an ordinary restart connections wait in the listening socket's backlog for the new
+serving process (which starts at once). But a serving process that keeps crashing is restarted with
+a growing delay, and clients must not hang meanwhile: status and liveness are answered from the
+governor's own status document, everything else with 503, a Retry-After and the reason.
+
+Deliberately minimal, because it runs in the governor: one request per connection, its head read
+without blocking up to HEAD_BYTES, request line only, `Connection: close`; whatever follows (a body)
+is read and dropped until the client closes or HEAD_S has passed since it connected; at most
+MAX_CONNECTIONS at once (the oldest is dropped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+HEAD_BYTES = 8192
+HEAD_S = 2.0
+MAX_CONNECTIONS = 64
+
+
+class StandIn:
+    TICK_S = 0.5
+    """How often connections are looked at for their deadline."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        status: Callable[[], dict[str, Any]],
+        reason: Callable[[], tuple[str, float]],
+        clock: Callable[[], float],
+    ) -> None:
+        self.listener = listener
+        self.status = status
+        self.reason = reason
+        """Why serving is down, and in how many seconds it is started again."""
+        self.clock = clock
+        self._connections: dict[int, tuple[socket.socket, bytearray, float]] = {}
+        self._answered: set[int] = set()
+
+    def fds(self) -> list[int]:
+        return [self.listener.fileno(), *self._connections]
+
+    def ready(self, fd: int) -> None:
+        if fd == self.listener.fileno():
+            self._accept()
+        elif fd in self._connections:
+            self._read(fd)
+
+    def expire(self) -> None:
+        now = self.clock()
+        for fd in [fd for fd, (_, _, deadline) in self._connections.items() if deadline <= now]:
+            self._drop(fd)
+
+    def close(self) -> None:
+        for fd in list(self._connections):
+            self._drop(fd)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors and the like: the backlog keeps them
+                return
+            connection.setblocking(False)
+            if len(self._connections) >= MAX_CONNECTIONS:
+                self._drop(next(iter(self._connections)))
+            self._connections[connection.fileno()] = (
+                connection,
+                bytearray(),
+                self.clock() + HEAD_S,
+            )
+
+    def _read(self, fd: int) -> None:
+        connection, head, _ = self._connections[fd]
+        try:
+            data = connection.recv(HEAD_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(fd)
+            return
+        if fd in self._answered:
+            return  # the body of a request already answered: read and forgotten
+        head += data
+        if b"\r\n\r\n" not in head and len(head) < HEAD_BYTES:
+            return
+        line = bytes(head).split(b"\r\n", 1)[0].split()
+        method, path = (line[0], line[1]) if len(line) >= 2 else (b"", b"")
+        status, body, extra = self._answer(method, path.split(b"?", 1)[0])
+        reply = (
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
+        ).encode() + body
+        with contextlib.suppress(OSError):  # small: fits a fresh connection's socket buffer
+            connection.send(reply)
+            # Read what the client still sends (a request body) until it closes or the deadline,
+            # so that it is not cut off by a reset before it reads the answer.
+            connection.shutdown(socket.SHUT_WR)
+        self._answered.add(fd)
+
+    def _answer(self, method: bytes, path: bytes) -> tuple[str, bytes, str]:
+        why, retry_s = self.reason()
+        if method == b"GET" and path == b"/v2/mcpd/status":
+            return "200 OK", json.dumps(self.status()).encode(), ""
+        if method == b"GET" and path == b"/v2/health/live":
+            return "200 OK", b"", ""
+        retry = f"Retry-After: {max(1, round(retry_s))}\r\n"
+        message = f"serving is restarting: {why}; retry in {retry_s:.0f} s"
+        return "503 Service Unavailable", json.dumps({"error": message}).encode(), retry
+
+    def _drop(self, fd: int) -> None:
+        connection, _, _ = self._connections.pop(fd)
+        self._answered.discard(fd)
+        connection.close()
