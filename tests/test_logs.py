@@ -10,8 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from mcpd.demo import MODEL
 from mcpd.logs import JournalFormatter, to_journal
 from tests.conftest import PROJECT
+from tests.test_daemon import RunningDaemon
 
 
 def stream_id(path: Path) -> str:
@@ -67,3 +71,21 @@ def test_mcpd_writes_prefixes_to_the_journal_stream(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=10)
     assert log.read_text().startswith("<6>INFO mcpd: simulating rk3588")
+
+
+def test_the_governor_and_its_serving_process_both_prefix_their_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "daemon.log"
+    log.touch()  # RunningDaemon truncates it: the same inode, so the same stream id
+    monkeypatch.setenv("JOURNAL_STREAM", stream_id(log))
+    config = f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[[models]]\nname = "demo"\npath = "{MODEL}"\n'
+    daemon = RunningDaemon(tmp_path, config)
+    try:
+        daemon.wait_for(lambda: "model demo loaded" in log.read_text(), 60)
+    finally:
+        daemon.close()
+    lines = log.read_text().splitlines()
+    assert any(line.startswith("<6>INFO mcpd.serving: model demo loaded") for line in lines)
+    assert any(line.startswith("<6>INFO mcpd: ready: rk3588") for line in lines)
+    assert all(line[:3] in {"<2>", "<3>", "<4>", "<6>", "<7>"} for line in lines), lines

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from mcpd import config as config_module
-from mcpd import status
+from mcpd import logs, status
 from mcpd.events import Event, EventBus
 from mcpd.ipc import Channel, SharedBlock
 from mcpd.listen import Listener
@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     listen_fd, channel_fd, block_fd = (int(arg) for arg in args[:3])
-    logging.basicConfig(
-        level=args[3].upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    logs.setup(args[3], os.environ, sys.stderr)  # the same stream as the governor's: journald's
     lower_own_priority()
     listener = socket.socket(fileno=listen_fd)
     listener.setblocking(False)
