@@ -2,18 +2,18 @@
 
 Real kernels return errors from sensor attributes as a normal state: a disabled thermal zone gives
 EINVAL, a power-gated Tegra zone EAGAIN on mainline, an INA3221 channel that is switched off ENODATA,
-the hwmon of a down wifi device EIO, an unplugged device ENODEV (sysfs-layouts.md §6). Such a read is
+the hwmon of a down wifi device EIO, an unplugged device ENODEV (docs/sysfs.md §6.1). Such a read is
 "unavailable for this sample": it must never raise into the control loop, and it must not flood the
 journal at 10 Hz, so each attribute logs the first failure of an outage and its recovery only.
 Any OSError counts, not just those: the daemon must not die of a sensor (RAPL's energy_uj answers
 EACCES to non-root since Linux 5.10, CVE-2020-8694).
 
 Nor may a file that is not a kernel attribute stop the loop. sysfs attributes are regular files of
-at most one page whose values the kernel prints with `%d`-style formats (docs/sysfs.md), so every
-open is non-blocking (a FIFO in a sensor's place would otherwise hang open() for good), anything
-that is not a regular file (FIFO, device such as /dev/zero, socket) is a fault, a read is bounded to
-one page and a longer file is a fault, and a value the kernel cannot print (`-0`, `+5`, `007`,
-`1_000`) is a fault too.
+at most one page whose values the kernel prints with `%d`-style formats (docs/sysfs.md §6.8), so
+every open is non-blocking (a FIFO in a sensor's place would otherwise hang open() for good),
+anything that is not a regular file (FIFO, device such as /dev/zero, socket) is a fault, a read is
+bounded to one page and a longer file is a fault, and a value the kernel cannot print (`-0`, `+5`,
+`007`, `1_000`) is a fault too.
 """
 
 from __future__ import annotations
