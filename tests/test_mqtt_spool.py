@@ -233,7 +233,7 @@ def test_a_fifo_or_a_symlink_as_the_spool_is_refused_without_blocking(
     path = tmp_path / "telemetry.spool"
     os.mkfifo(path)
     with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
-        spool = within(5, lambda: Spool.open(path, 100, Clock()))
+        spool = within(30, lambda: Spool.open(path, 100, Clock()))
     assert "not a regular file (a FIFO)" in caplog.text
     fill(spool, "t")
     spool.close()
@@ -280,7 +280,7 @@ def test_any_doubt_about_the_seq_record_jumps_forward(
     spool.persist(cursor=0)  # then a crash
     harm(tmp_path / "telemetry.seq")
     with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
-        again = within(5, lambda: Spool.open(path, 100, Clock(), wall=wall(100.0)))
+        again = within(30, lambda: Spool.open(path, 100, Clock(), wall=wall(100.0)))
     assert again.next_seq() > max(issued)
     assert "so that no number is used twice" in caplog.text
     assert drain(again) == [b"t0"]
@@ -313,7 +313,7 @@ def test_a_fifo_put_in_place_of_the_spool_at_run_time_never_blocks(
     os.mkfifo(path)
     fill(spool, "tt")
     with caplog.at_level(logging.ERROR, "mcpd.telemetry"):
-        within(5, lambda: spool.persist(cursor=0))
+        within(30, lambda: spool.persist(cursor=0))
     assert "spooling in memory only" in caplog.text
     assert drain(spool) == [b"t0", b"t1"]
 

@@ -54,10 +54,10 @@ def test_a_fifo_is_a_fault_that_never_blocks(
     os.mkfifo(path)
     attr = Attribute(path)
     with caplog.at_level(logging.WARNING, "mcpd.sensors"):
-        assert within(5, attr.read_int) is None
+        assert within(30, attr.read_int) is None
     assert attr.failing and not attr.gone
     assert "unavailable (not a regular file (a FIFO))" in caplog.text
-    assert within(5, lambda: read_line(path)) is None  # discovery reads names the same way
+    assert within(30, lambda: read_line(path)) is None  # discovery reads names the same way
 
 
 def test_endless_data_is_a_fault_and_recovers_when_the_real_file_returns(tmp_path: Path) -> None:
@@ -103,13 +103,13 @@ def test_a_fifo_in_place_of_the_temperature_keeps_the_loop_deciding(fake: FakeSy
     assert cap(fake, POLICY4) == 2400000
     (fake.root / ZONE).unlink()
     os.mkfifo(fake.root / ZONE)
-    within(10, lambda: run_for(loop, clock, 3.0))
+    within(30, lambda: run_for(loop, clock, 3.0))
     assert loop.snapshot.state == "fail-safe"
     assert cap(fake, POLICY4) < 2400000
     assert any("temperature unknown" in e.message for e in events)
     (fake.root / ZONE).unlink()
     set_temp(fake, 60.0)
-    within(10, lambda: run_for(loop, clock, 1.0))
+    within(30, lambda: run_for(loop, clock, 1.0))
     assert loop.snapshot.state == "raising"
 
 
