@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import reprlib
-import stat
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +24,8 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+
+from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -351,34 +352,12 @@ def parse(data: dict[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(source, [_describe(error) for error in exc.errors()]) from None
 
 
-class NotAFile(OSError):
-    """Something other than a regular file at a path that must name one."""
-
-
-def _open_regular(path: str | Path) -> int:
-    """A read descriptor for a regular file, opened without blocking (a FIFO there must not hang
-    a reload). sensors.sysfs has its own: the layers keep serving, which reads this config, free
-    of the sensors, and the sensors free of mcpd."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-                 stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
-        raise NotAFile(f"not a regular file ({kinds.get(stat.S_IFMT(mode), 'not a plain file')})")
-    return fd
-
-
 def _read_text(path: Path) -> str:
     """The file's text, refused with a ConfigError unless it is a regular file of UTF-8 text of a
     sane size. Opened non-blocking, so that a FIFO in its place cannot hang a reload."""
     source = str(path)
     try:
-        fd = _open_regular(path)
+        fd = open_regular(path)
     except NotAFile as exc:
         raise ConfigError(source, [str(exc)]) from None
     except OSError as exc:
@@ -410,7 +389,7 @@ def model_file_problems(config: Config) -> list[str]:
     found = []
     for index, model in enumerate(config.models):
         try:
-            os.close(_open_regular(model.path))
+            os.close(open_regular(model.path))
         except NotAFile as exc:
             found.append(f"models[{index}].path: {model.path}: {exc}")
         except OSError as exc:
