@@ -14,7 +14,7 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeGuard
+from typing import Any
 
 from aiohttp import web
 
@@ -65,15 +65,8 @@ def _peer_uid(request: web.Request) -> int | None:
     return int(struct.unpack("3i", creds)[1])
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        document = json.loads(await request.read())
-    except ValueError as exc:
-        raise RequestError(f"malformed JSON: {exc}") from None
+    document = codec.parse_json(await request.read(), "the request")
     if not isinstance(document, dict):
         raise RequestError("the body must be a JSON object")
     return document
@@ -173,14 +166,13 @@ class Endpoints:
             if request.content_length is not None and request.content_length > self.limit:
                 raise RequestError(f"request body over the limit of {self.limit} bytes", 413)
             body = await request.read()
-            header_length = request.headers.get("Inference-Header-Content-Length")
-            if header_length is not None and not header_length.isdigit():
-                raise RequestError(f"Inference-Header-Content-Length {header_length!r}")
-            decoded = codec.decode(
-                body, None if header_length is None else int(header_length), interface, self.shm
+            header_length = codec.header_length(
+                request.headers.get("Inference-Header-Content-Length")
             )
+            shm = self.shm.peer(_peer_uid(request))
+            decoded = codec.decode(body, header_length, interface, shm)
             outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
-            payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, self.shm)
+            payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, shm)
         except (RequestError, web.HTTPRequestEntityTooLarge):
             entry.requests += 1
             entry.errors += 1
@@ -221,15 +213,15 @@ class Endpoints:
     # -- shared memory ---------------------------------------------------------------------------
 
     async def shm_status(self, request: web.Request) -> web.Response:
-        return reply(self.shm.status(request.match_info.get("region")))
+        return reply(self.shm.status(request.match_info.get("region"), _peer_uid(request)))
 
     async def shm_register(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
-        key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
+        key = body.get("key")
         if not isinstance(key, str):
             raise RequestError("register needs key (a string)")
-        if not (_is_int(offset) and _is_int(size)):
-            raise RequestError("register needs offset and byte_size as integers")
+        offset = codec.integer(body.get("offset", 0), "register: offset")
+        size = codec.integer(body.get("byte_size"), "register: byte_size")
         uid = _peer_uid(request)
         if uid is None:
             raise RequestError("shared memory registration needs a Unix socket peer")
@@ -237,7 +229,7 @@ class Endpoints:
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self.shm.unregister(request.match_info.get("region"))
+        self.shm.unregister(request.match_info.get("region"), _peer_uid(request))
         return web.Response(status=200)
 
     # -- mcpd ------------------------------------------------------------------------------------
