@@ -45,7 +45,7 @@ def brief(value: object) -> str:
     return _brief.repr(value)
 
 
-def parse_json(data: bytes, what: str) -> Any:
+def parse_json(data: bytes | bytearray, what: str) -> Any:
     try:
         return json.loads(data)
     except RecursionError:
@@ -212,7 +212,7 @@ def _input(
 
 
 def decode(
-    body: bytes, header_length: int | None, interface: Interface, shm: PeerMemory
+    body: bytes | bytearray, header_length: int | None, interface: Interface, shm: PeerMemory
 ) -> InferRequest:
     if header_length is None:
         header_length = len(body)
