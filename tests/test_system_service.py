@@ -279,7 +279,7 @@ def request_as(
     become = (
         [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
     )
-    out = system.ns.run(*become, "python3", "-c", HTTP_CLIENT, method, target, body).stdout
+    out = system.ns.run(*become, "/usr/bin/python3", "-c", HTTP_CLIENT, method, target, body).stdout
     status, _, text = out.strip().partition(" ")
     return int(status), text
 
