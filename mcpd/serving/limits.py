@@ -1,20 +1,16 @@
-"""What clients together may take from the daemon: connections (each a file descriptor), memory for
+"""What clients together may take from the daemon besides connections (connections.py): memory for
 request bodies, and log lines.
 
-The governor shares the process: a client flood that used up every descriptor made every cap write
-fail, and asyncio then logged each failed accept (issue 11). So the connection cap stays below the
-descriptor limit by a reserve, a connection over the cap is answered 503 and closed at once, the
-bodies held at once are bounded, and repeated log lines from asyncio, aiohttp and the cap are
-throttled.
+The governor shares the process, so the bodies held at once are bounded, and repeated log lines
+from asyncio, aiohttp and the connection cap are throttled (a connection flood used to log each
+failed accept: 133 MB of journal in 50 s, issue 11).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import resource
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -22,35 +18,9 @@ from aiohttp import web
 
 from mcpd.config import DaemonSection
 from mcpd.serving.errors import RequestError
-from mcpd.serving.shm import MAX_REGIONS
 
-log = logging.getLogger("mcpd.serving.limits")
-
-ACCEPT_BACKLOG = 64
-"""The listen backlog, which is also how many connections asyncio accepts at a time before any of
-them reaches the cap (BaseSelectorEventLoop._accept_connection)."""
-RESERVED_DESCRIPTORS = 128 + MAX_REGIONS + 2 * ACCEPT_BACKLOG
-"""Kept free of connections: the governor's sensor and cap files, the state and spool files, the
-MQTT and udev sockets, model files while they load; one per shared memory region; and two batches
-of accepted connections not yet refused (a refused one is closed on the next loop iteration)."""
-THROTTLED_LOGGERS = ("asyncio", "aiohttp.server", "aiohttp.access", log.name)
+THROTTLED_LOGGERS = ("asyncio", "aiohttp.server", "aiohttp.access", "mcpd.serving.connections")
 LOG_INTERVAL_S = 10.0
-
-
-def connection_cap(configured: int, descriptors: int | None = None) -> int:
-    """`[daemon] max_connections`, lowered to fit the soft descriptor limit less the reserve."""
-    if descriptors is None:
-        descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if descriptors == resource.RLIM_INFINITY:
-        return configured
-    fitting = max(1, descriptors - RESERVED_DESCRIPTORS)
-    if fitting < configured:
-        log.warning(
-            "serving at most %d connections, not max_connections = %d: the descriptor limit is "
-            "%d (LimitNOFILE=) and %d stay reserved for the governor and the daemon's own files",
-            fitting, configured, descriptors, RESERVED_DESCRIPTORS,
-        )  # fmt: skip
-    return min(configured, fitting)
 
 
 class Throttle(logging.Filter):
@@ -84,72 +54,6 @@ class Throttle(logging.Filter):
     def remove(self) -> None:
         for name in THROTTLED_LOGGERS:
             logging.getLogger(name).removeFilter(self)
-
-
-class ConnectionCap:
-    """A protocol factory in front of aiohttp's: at most `cap()` connections at once; one more is
-    answered 503 and closed, so its descriptor is back at once."""
-
-    def __init__(self, inner: Callable[[], asyncio.BaseProtocol], cap: Callable[[], int]) -> None:
-        self.inner = inner
-        self.cap = cap
-        self.open = 0
-        self.refused = 0
-
-    def __call__(self) -> asyncio.BaseProtocol:
-        cap = self.cap()
-        if self.open >= cap:
-            self.refused += 1
-            log.warning(
-                "connection refused: %d client connections are open, the cap is %d "
-                "([daemon] max_connections, descriptor limit)", self.open, cap,
-            )  # fmt: skip
-            return _Refusal(cap)
-        self.open += 1
-        return _Counted(self.inner(), self)
-
-
-class _Counted(asyncio.Protocol):
-    """aiohttp's protocol, counted until its connection is lost."""
-
-    def __init__(self, inner: asyncio.BaseProtocol, cap: ConnectionCap) -> None:
-        self.inner = inner
-        self.owner = cap
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.inner.data_received(data)  # type: ignore[attr-defined]
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()  # type: ignore[attr-defined,no-any-return]
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.owner.open -= 1
-        self.inner.connection_lost(exc)
-
-
-class _Refusal(asyncio.Protocol):
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        message = f"too many connections: mcpd serves at most {self.cap} at once; retry later"
-        body = json.dumps({"error": message}).encode()
-        head = (
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        )
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(head.encode() + body)
-        transport.close()  # after the answer is written; what the client sent is never read
 
 
 JSON_ADVICE = (

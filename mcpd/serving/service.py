@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -14,7 +13,8 @@ from aiohttp import web
 from mcpd.config import Config
 from mcpd.events import EventBus
 from mcpd.serving.app import Endpoints
-from mcpd.serving.limits import ACCEPT_BACKLOG, ConnectionCap, Throttle, connection_cap
+from mcpd.serving.connections import Acceptor, connection_cap
+from mcpd.serving.limits import Throttle
 from mcpd.serving.listen import Listener, listen
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
@@ -48,10 +48,9 @@ class InferenceService:
         self.shm = SharedMemory(shm_root)
         self.endpoints = Endpoints(self.repository, self.shm, status, config.daemon)
         self.throttle = Throttle()
-        self.connections: ConnectionCap | None = None
+        self.connections: Acceptor | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
-        self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
         """Bind (or take systemd's socket), start serving, start loading models in the background."""
@@ -73,12 +72,10 @@ class InferenceService:
         await runner.setup()
         assert runner.server is not None  # made by setup()
         cap = connection_cap(self.config.daemon.max_connections)
-        self.connections = ConnectionCap(
-            runner.server, lambda: min(cap, self.config.daemon.max_connections)
+        self.connections = Acceptor(
+            self._listener.sock, runner.server, lambda: min(cap, self.config.daemon.max_connections)
         )
-        self._server = await asyncio.get_running_loop().create_server(
-            self.connections, sock=self._listener.sock, backlog=ACCEPT_BACKLOG
-        )
+        self.connections.start()
         self._runner = runner
         where = self._listener.path or "the socket passed by systemd"
         log.info("serving the Open Inference Protocol on %s", where)
@@ -86,9 +83,8 @@ class InferenceService:
 
     async def stop(self) -> None:
         """Stop accepting, finish the queued requests, release the models and shared memory."""
-        if self._server is not None:
-            self._server.close()  # stop listening; answers in flight go on
-            self._server = None
+        if self.connections is not None:
+            self.connections.stop()  # answers in flight go on
         if self._runner is not None:
             await self._runner.shutdown()
         await self.repository.close()
@@ -97,9 +93,11 @@ class InferenceService:
             self._runner = None
         self.shm.close()
         self.throttle.remove()
-        if self._listener is not None and self._listener.path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._listener.path)
+        if self._listener is not None:
+            self._listener.sock.close()
+            if self._listener.path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._listener.path)
         self._listener = None
 
     async def reload(self, config: Config) -> None:
