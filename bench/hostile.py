@@ -1,6 +1,6 @@
 """Hostile clients against the real daemon: does governing hold while they run?
 
-    .venv/bin/python bench/hostile.py [--seconds 60]
+    .venv/bin/python bench/hostile.py [--seconds 60] [--rounds 1] [--only KIND ...]
 
 Runs `mcpd run --simulate jetson-orin-nano` (sustained full load, thermal time 4x) serving the
 bundled demo model, with the descriptor limit at 1 024 as on a stock system, twice, one after the
@@ -10,7 +10,8 @@ sending 60 MB JSON bodies and 8 sending 60 MB binary bodies; 4 clients sending v
 just under max_json_bytes; and a client registering shared memory, shrinking it and inferring from
 it, and registering keys with NULs, paths and symlinks). Reports per run: the control loop's sample
 lateness (status document, whole run), the simulated die temperature (the plant's true state, last
-half of the run), the daemon's peak RSS, and what each kind of client got back.
+half of the run), the daemon's peak RSS, and what each kind of client got back; with --rounds N,
+quiet and hostile runs alternate N times and the report gives the medians over rounds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -126,8 +128,9 @@ async def exchange(path: Path, data: bytes, outcomes: Counter[str]) -> None:
         sock.setblocking(False)
         try:
             await loop.sock_connect(sock, str(path))
+            sock.getpeername()  # asyncio reports a connect that failed with EAGAIN as done
         except OSError as exc:
-            outcomes[f"connect: {type(exc).__name__}"] += 1
+            outcomes[f"not connected: {exc.strerror or type(exc).__name__}"] += 1
             return
         with contextlib.suppress(OSError):  # answered and closed early: read the answer below
             await loop.sock_sendall(sock, data)
@@ -224,12 +227,13 @@ def hostile(
             "256 KiB JSON": [repeat(done, exchange, sock, near, outcomes["256 KiB JSON"]) for _ in range(4)],
             "shm tricks": [shm_tricks(sock, done, outcomes["shm tricks"])],
         }  # fmt: skip
-        tasks = [task for kind in KINDS for task in every[kind] if kind in kinds]
         for kind in KINDS:
             if kind not in kinds:
-                for task in every[kind]:
-                    task.close()
-        running = [asyncio.ensure_future(task) for task in tasks]
+                for unused in every.pop(kind):
+                    unused.close()
+        running = [
+            asyncio.ensure_future(client) for clients in every.values() for client in clients
+        ]
         await asyncio.get_running_loop().run_in_executor(None, stop.wait)
         done.set()
         for task in running:
@@ -303,9 +307,21 @@ def json_parse_ms_per_mib() -> float:
     return round(statistics.median(times) * 1000 / (len(body) / 2**20), 1)
 
 
+def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Median over rounds of each lateness figure, of the die's peak and of the daemon's RSS."""
+    lateness = [run["loop"]["sample_lateness"] for run in runs]
+    summary = {key: statistics.median(x[key] for x in lateness) for key in lateness[0]}
+    summary["die_c_max"] = statistics.median(run["die_c"]["max"] for run in runs)
+    summary["rss_mb_max"] = statistics.median(run["rss_mb_max"] for run in runs)
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="per run")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="quiet and hostile runs, alternating, this many each"
+    )
     parser.add_argument(
         "--only", action="append", choices=KINDS, help="run only these hostile clients (repeatable)"
     )
@@ -314,9 +330,14 @@ def main() -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attackers' own 1 100 sockets
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    report = {"started": started, "seconds": args.seconds,
-              "json_parse_ms_per_mib": json_parse_ms_per_mib(),
-              "runs": [run(args.seconds, ()), run(args.seconds, kinds)]}  # fmt: skip
+    runs = [run(args.seconds, attack) for _ in range(args.rounds) for attack in ((), kinds)]
+    report = {
+        "started": started,
+        "load_average_at_end": os.getloadavg(),
+        "json_parse_ms_per_mib": json_parse_ms_per_mib(),
+        "medians": {"quiet": medians(runs[0::2]), "hostile": medians(runs[1::2])},
+        "runs": runs,
+    }
     print(json.dumps(report, indent=2))
 
 
