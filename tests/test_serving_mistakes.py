@@ -98,6 +98,8 @@ def test_nan_and_infinity_reach_json_as_strings(client: Client) -> None:
     assert "NaN," not in text and "Infinity," not in text
     # The strings protobuf's JSON mapping uses for non-finite floats.
     assert json.loads(text)["outputs"][0]["data"] == ["NaN", "Infinity", "-Infinity", 3.0]
+    # ...which mcpd.client (and numpy) read back as the floats they stand for.
+    np.testing.assert_array_equal(reply.outputs()["double"], 2 * x)
 
 
 # -- fuzzing: documents shaped like requests, odd values in every field ---------------------------

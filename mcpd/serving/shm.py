@@ -10,7 +10,8 @@ Only regular objects the registering client owns are accepted (owner uid checked
 peer's credentials; root may register any), keys are plain names (no paths, no symlinks), and a
 region is visible and usable only by the uid that registered it, and root. A client whose uid the
 daemon cannot see (under systemd's PrivateUsers=, every uid but root's and mcpd's reads as the
-overflow uid, user_namespaces(7)) cannot be told from other such clients, so it may not register.
+overflow uid: systemd.exec(5) PrivateUsers=, user_namespaces(7)) cannot be told from other such
+clients, so it may not register.
 """
 
 from __future__ import annotations
