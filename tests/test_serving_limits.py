@@ -141,7 +141,7 @@ def test_the_cap_stays_below_the_descriptor_limit() -> None:
 
 def test_repeated_log_lines_are_throttled() -> None:
     now = [0.0]
-    throttle = Throttle(interval_s=10, clock=lambda: now[0])
+    throttle = Throttle(interval_s=10, per_logger=3, clock=lambda: now[0])
     logger = logging.getLogger("asyncio")
 
     def record(message: str) -> logging.LogRecord:
@@ -150,11 +150,16 @@ def test_repeated_log_lines_are_throttled() -> None:
     accept = "socket.accept() out of system resource\nsocket: <socket fd=6>"
     assert throttle.filter(record(accept))
     assert not any(throttle.filter(record(accept)) for _ in range(1000))
-    assert throttle.filter(record("another message"))
+    # Messages that differ get through, but only so many per logger and interval.
+    varying = [record(f"Exception in callback <Handle {n}>") for n in range(50)]
+    assert [throttle.filter(r) for r in varying] == [True, True] + [False] * 48
+    assert varying[0].getMessage().endswith("(1000 similar lines dropped before this one)")
     now[0] = 10.0
     again = record(accept)
     assert throttle.filter(again)
-    assert again.getMessage().endswith("(1000 more like this in the last 10 s)")
+    assert again.getMessage().endswith("(48 similar lines dropped before this one)")
+    other = logger.makeRecord("aiohttp.server", logging.ERROR, __file__, 1, accept, (), None)
+    assert throttle.filter(other)  # each logger has its own allowance
 
 
 def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path) -> None:

@@ -24,27 +24,35 @@ LOG_INTERVAL_S = 10.0
 
 
 class Throttle(logging.Filter):
-    """Lets one record per message (its first line) through per interval; the next one that
-    passes says how many were dropped."""
+    """Per logger and interval: each message (its first line) once, and at most `per_logger`
+    records in all (messages that embed varying text cannot get round the first rule). The next
+    record that passes says how many were dropped."""
 
-    def __init__(self, interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(self, interval_s: float = LOG_INTERVAL_S, per_logger: int = 10, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         super().__init__()
         self.interval_s = interval_s
+        self.per_logger = per_logger
         self.clock = clock
-        self._last: dict[tuple[str, str], float] = {}
-        self._dropped: dict[tuple[str, str], int] = {}
+        self._window = clock()
+        self._seen: set[tuple[str, str]] = set()
+        self._passed: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, str(record.msg).split("\n", 1)[0][:200])
         now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval_s:
-            self._dropped[key] = self._dropped.get(key, 0) + 1
+        if now - self._window >= self.interval_s:
+            self._window = now
+            self._seen.clear()
+            self._passed.clear()
+        key = (record.name, str(record.msg).split("\n", 1)[0][:80])
+        if key in self._seen or self._passed.get(record.name, 0) >= self.per_logger:
+            self._dropped[record.name] = self._dropped.get(record.name, 0) + 1
             return False
-        self._last[key] = now
-        dropped = self._dropped.pop(key, 0)
+        self._seen.add(key)
+        self._passed[record.name] = self._passed.get(record.name, 0) + 1
+        dropped = self._dropped.pop(record.name, 0)
         if dropped:
-            record.msg = f"{record.msg} ({dropped} more like this in the last {now - last:.0f} s)"  # type: ignore[operator]
+            record.msg = f"{record.msg} ({dropped} similar lines dropped before this one)"
         return True
 
     def install(self) -> None:
