@@ -21,7 +21,7 @@ from aiohttp import web
 
 from mcpd import __version__
 from mcpd.config import DaemonSection
-from mcpd.serving import codec, metrics
+from mcpd.serving import codec, metrics, values
 from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.repository import Repository
@@ -161,7 +161,7 @@ class Endpoints:
         assert interface is not None  # set together with the worker
         started = time.monotonic()
         try:
-            header_length = codec.header_length(
+            header_length = values.header_length(
                 request.headers.get("Inference-Header-Content-Length")
             )
             async with self._body(request, header_length) as body:
@@ -203,7 +203,7 @@ class Endpoints:
         async with self.bodies.read(
             request, self.bodies.daemon.max_json_bytes, "max_json_bytes"
         ) as body:
-            document = codec.parse_json(body, "the request")
+            document = values.parse_json(body, "the request")
         if not isinstance(document, dict):
             raise RequestError("the body must be a JSON object")
         return document
@@ -241,8 +241,8 @@ class Endpoints:
         key = body.get("key")
         if not isinstance(key, str):
             raise RequestError("register needs key (a string)")
-        offset = codec.integer(body.get("offset", 0), "register: offset")
-        size = codec.integer(body.get("byte_size"), "register: byte_size")
+        offset = values.integer(body.get("offset", 0), "register: offset")
+        size = values.integer(body.get("byte_size"), "register: byte_size")
         uid = _peer_uid(request)
         if uid is None:
             raise RequestError("shared memory registration needs a Unix socket peer")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -20,48 +19,13 @@ import numpy as np
 from mcpd.serving.errors import RequestError
 from mcpd.serving.shm import PeerMemory, ShmRef
 from mcpd.serving.tensors import TensorSpec, datatype_of
+from mcpd.serving.values import brief, integer, parse_json
 
 VERSION = "1"
 """mcpd serves one version of each model; clients may name it."""
-INT64_MAX = 2**63 - 1
-"""The protocol's integers (sizes, offsets, the timeout) are int64 (serving-protocol.md §2.1, §3)."""
 NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 """JSON has no NaN or infinities: they go out as the strings protobuf's JSON mapping uses
 (https://protobuf.dev/programming-guides/json/, "NaN", "Infinity", "-Infinity")."""
-
-
-def _brief_repr() -> reprlib.Repr:
-    short = reprlib.Repr()  # Python 3.11's takes no arguments
-    short.maxlevel, short.maxlist, short.maxdict = 3, 4, 4
-    short.maxstring = short.maxother = short.maxlong = 40
-    return short
-
-
-_brief = _brief_repr()
-
-
-def brief(value: object) -> str:
-    """A client's value quoted in an error: short whatever its size or depth."""
-    return _brief.repr(value)
-
-
-def parse_json(data: bytes | bytearray, what: str) -> Any:
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise RequestError(f"{what}: JSON nested too deep") from None
-    except ValueError as exc:  # also UnicodeDecodeError and over-long integers
-        raise RequestError(f"malformed JSON in {what}: {exc}") from None
-
-
-def header_length(value: str | None) -> int | None:
-    """The Inference-Header-Content-Length header: ASCII digits only (str.isdigit also takes
-    superscripts and other scripts' digits, which int() refuses)."""
-    if value is None:
-        return None
-    if not (value.isascii() and value.isdigit() and len(value) <= 19):
-        raise RequestError(f"Inference-Header-Content-Length {value!r} is not a number")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -102,12 +66,6 @@ def _params(item: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     if not isinstance(params, dict):
         raise RequestError(f"{what}: parameters must be a JSON object")
     return params
-
-
-def integer(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
-        raise RequestError(f"{what} must be an integer from 0 to 2^63-1, got {brief(value)}")
-    return value
 
 
 def _shm(params: Mapping[str, Any], what: str) -> ShmRef | None:
