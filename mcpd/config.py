@@ -66,6 +66,11 @@ class DaemonSection(Section):
     state_dir: StrictStr = "/var/lib/mcpd"
     runtime_dir: StrictStr = "/run/mcpd"
     max_request_bytes: Annotated[StrictInt, Field(ge=1024, le=2**34)] = 64 * 2**20
+    max_json_bytes: Annotated[StrictInt, Field(ge=1024, le=2**34)] = 256 * 2**10
+    max_inflight_bytes: Annotated[StrictInt, Field(ge=1024, le=2**36)] = 256 * 2**20
+    max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 256
+    header_timeout_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 10_000
+    body_timeout_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 30_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 

@@ -21,7 +21,7 @@ MASK = TensorSpec("mask", "UINT8", (-1, 3))
 IFACE = codec.Interface(
     (IMAGE, MASK), (TensorSpec("out", "FP32", (-1,)), TensorSpec("n", "INT64", (-1, 1))), 4, 4096
 )
-SHM = SharedMemory()
+SHM = SharedMemory().peer(0)
 
 
 def body(header: dict[str, Any], *blobs: bytes) -> tuple[bytes, int | None]:

@@ -161,7 +161,7 @@ def test_chunked_body_over_the_limit_is_413(served: Served) -> None:
         )
         reply = sock.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 413")
-    assert '"error": "request body too large' in reply
+    assert '"error": "request body of 6000 bytes over the limit of 4096 bytes' in reply
 
 
 def test_errors_and_requests_are_counted(served: Served) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import grp
 import json
+import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -288,6 +290,78 @@ def test_main_pid_is_the_governor_and_a_killed_serving_process_comes_back(system
     assert (after["MainPID"], after["NRestarts"]) == (main, before["NRestarts"])
     assert after["ActiveState"] == "active"
     assert f"serving process {child} exited (signal SIGKILL)" in ns.journal("mcpd.service", cursor)
+
+
+# A raw HTTP client run inside the namespace, as whichever user runs it.
+HTTP_CLIENT = r"""
+import socket, sys
+method, target, body = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+with socket.socket(socket.AF_UNIX) as s:
+    s.settimeout(30)
+    s.connect("/run/mcpd/mcpd.sock")
+    head = f"{method} {target} HTTP/1.1\r\nHost: mcpd\r\nConnection: close\r\n"
+    s.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+head, _, rest = data.partition(b"\r\n\r\n")
+print(head.split(b" ")[1].decode(), rest.decode())
+"""
+SHM_CLIENT = "mcpd-test-client"
+
+
+def request_as(
+    system: System, user: str | None, method: str, target: str, body: str = ""
+) -> tuple[int, str]:
+    """(status, body) of one request over the socket, as `user` (None: root)."""
+    become = (
+        [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
+    )
+    out = system.ns.run(*become, "/usr/bin/python3", "-c", HTTP_CLIENT, method, target, body).stdout
+    status, _, text = out.strip().partition(" ")
+    return int(status), text
+
+
+def test_shared_memory_is_only_for_users_the_real_unit_can_tell_apart(system: System) -> None:
+    """Under PrivateUsers=yes every other user reads as nobody inside the service: such a client
+    is refused (any region it registered would be every such user's), root is not."""
+    running(system)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "-G", "mcpd", SHM_CLIENT], check=True
+    )
+    key = f"mcpd-system-test-{os.getpid()}"
+    obj = Path("/dev/shm") / key
+    register = json.dumps({"key": key, "byte_size": 64})
+    try:
+        obj.write_bytes(bytes(64))
+        obj.chmod(0o666)  # so that the mcpd user may open it at all
+        os.chown(obj, pwd.getpwnam(SHM_CLIENT).pw_uid, -1)
+        status, text = request_as(
+            system, SHM_CLIENT, "POST", "/v2/systemsharedmemory/region/c/register", register
+        )
+        assert status == 400 and "is not visible to mcpd" in text, text
+        os.chown(obj, 0, -1)
+        assert (
+            request_as(system, None, "POST", "/v2/systemsharedmemory/region/r/register", register)[
+                0
+            ]
+            == 200
+        )
+        # Root's region is root's: the other user neither sees nor unregisters it.
+        assert request_as(system, SHM_CLIENT, "GET", "/v2/systemsharedmemory/status") == (200, "[]")
+        request_as(system, SHM_CLIENT, "POST", "/v2/systemsharedmemory/unregister")
+        _, regions = request_as(system, None, "GET", "/v2/systemsharedmemory/status")
+        assert [r["name"] for r in json.loads(regions)] == ["r"]
+    finally:
+        request_as(system, None, "POST", "/v2/systemsharedmemory/unregister")
+        obj.unlink(missing_ok=True)
+        subprocess.run(["userdel", SHM_CLIENT], check=False)
+
+
+def test_the_descriptor_limit_is_the_units(system: System) -> None:
+    pid = running(system)["MainPID"]
+    limits = system.ns.run("cat", f"/proc/{pid}/limits").stdout
+    assert re.search(r"Max open files\s+4096\s+4096", limits), limits
 
 
 def test_reload_applies_a_changed_threshold(system: System) -> None:

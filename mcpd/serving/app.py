@@ -8,19 +8,22 @@ sends can raise past the middleware.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeGuard
+from typing import Any
 
 from aiohttp import web
 
 from mcpd import __version__
-from mcpd.serving import codec, metrics
+from mcpd.config import DaemonSection
+from mcpd.serving import codec, metrics, values
 from mcpd.serving.errors import RequestError
+from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
@@ -45,9 +48,10 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
     try:
         return await handler(request)
     except RequestError as exc:
-        return error(exc.message, exc.status)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return error(f"request body too large: {exc.text}", 413)
+        response = error(exc.message, exc.status)
+        if exc.status in (408, 413):  # the rest of the body is not read: nothing else can follow
+            response.force_close()
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -65,35 +69,22 @@ def _peer_uid(request: web.Request) -> int | None:
     return int(struct.unpack("3i", creds)[1])
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        document = json.loads(await request.read())
-    except ValueError as exc:
-        raise RequestError(f"malformed JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise RequestError("the body must be a JSON object")
-    return document
-
-
 class Endpoints:
     def __init__(
         self,
         repository: Repository,
         shm: SharedMemory,
         status: Callable[[], dict[str, Any]],
-        limit: int,
+        daemon: DaemonSection,
     ) -> None:
         self.repository = repository
         self.shm = shm
         self.status = status
-        self.limit = limit
+        self.bodies = Bodies(daemon)
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=self.limit, middlewares=[protocol_errors])
+        # Bodies are read by Bodies.read, which applies the limits; aiohttp's own limit is off.
+        app = web.Application(client_max_size=0, middlewares=[protocol_errors])
         model = "/v2/models/{name}"
         versioned = "/v2/models/{name}/versions/{version}"
         shm = "/v2/systemsharedmemory"
@@ -170,18 +161,15 @@ class Endpoints:
         assert interface is not None  # set together with the worker
         started = time.monotonic()
         try:
-            if request.content_length is not None and request.content_length > self.limit:
-                raise RequestError(f"request body over the limit of {self.limit} bytes", 413)
-            body = await request.read()
-            header_length = request.headers.get("Inference-Header-Content-Length")
-            if header_length is not None and not header_length.isdigit():
-                raise RequestError(f"Inference-Header-Content-Length {header_length!r}")
-            decoded = codec.decode(
-                body, None if header_length is None else int(header_length), interface, self.shm
+            header_length = values.header_length(
+                request.headers.get("Inference-Header-Content-Length")
             )
-            outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
-            payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, self.shm)
-        except (RequestError, web.HTTPRequestEntityTooLarge):
+            async with self._body(request, header_length) as body:
+                shm = self.shm.peer(_peer_uid(request))
+                decoded = codec.decode(body, header_length, interface, shm)
+                outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
+                payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, shm)
+        except RequestError:
             entry.requests += 1
             entry.errors += 1
             raise
@@ -194,6 +182,31 @@ class Endpoints:
             content_type="application/octet-stream",
             headers={"Inference-Header-Content-Length": str(json_length)},
         )
+
+    def _body(
+        self, request: web.Request, header_length: int | None
+    ) -> contextlib.AbstractAsyncContextManager[bytearray]:
+        """A request's JSON is parsed on the event loop, holding the interpreter the control loop
+        needs too (BENCHMARKS.md): it has a smaller limit than binary tensors."""
+        daemon = self.bodies.daemon
+        if header_length is not None and header_length > daemon.max_json_bytes:
+            raise RequestError(
+                f"JSON header of {header_length} bytes over the limit of {daemon.max_json_bytes} "
+                f"bytes ([daemon] max_json_bytes){JSON_ADVICE}",
+                413,
+            )
+        if header_length is None and daemon.max_json_bytes < daemon.max_request_bytes:
+            return self.bodies.read(request, daemon.max_json_bytes, "max_json_bytes", JSON_ADVICE)
+        return self.bodies.read(request, daemon.max_request_bytes, "max_request_bytes")
+
+    async def _json_object(self, request: web.Request) -> dict[str, Any]:
+        async with self.bodies.read(
+            request, self.bodies.daemon.max_json_bytes, "max_json_bytes"
+        ) as body:
+            document = values.parse_json(body, "the request")
+        if not isinstance(document, dict):
+            raise RequestError("the body must be a JSON object")
+        return document
 
     async def _run(
         self, worker: ModelWorker, decoded: codec.InferRequest, timeout_ms: int, started: float
@@ -221,15 +234,15 @@ class Endpoints:
     # -- shared memory ---------------------------------------------------------------------------
 
     async def shm_status(self, request: web.Request) -> web.Response:
-        return reply(self.shm.status(request.match_info.get("region")))
+        return reply(self.shm.status(request.match_info.get("region"), _peer_uid(request)))
 
     async def shm_register(self, request: web.Request) -> web.Response:
-        body = await _json_object(request)
-        key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
+        body = await self._json_object(request)
+        key = body.get("key")
         if not isinstance(key, str):
             raise RequestError("register needs key (a string)")
-        if not (_is_int(offset) and _is_int(size)):
-            raise RequestError("register needs offset and byte_size as integers")
+        offset = values.integer(body.get("offset", 0), "register: offset")
+        size = values.integer(body.get("byte_size"), "register: byte_size")
         uid = _peer_uid(request)
         if uid is None:
             raise RequestError("shared memory registration needs a Unix socket peer")
@@ -237,7 +250,7 @@ class Endpoints:
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self.shm.unregister(request.match_info.get("region"))
+        self.shm.unregister(request.match_info.get("region"), _peer_uid(request))
         return web.Response(status=200)
 
     # -- mcpd ------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 shared memory references (serving-protocol.md §1.3, §2.1, §2.2).
 
 Decoding checks everything before anything runs (names, datatypes, shapes, byte counts, limits) and
-names what is wrong; numbers arrive as numpy arrays that view the request body or the shared memory
-where they can, without copying.
+names what is wrong; numbers arrive as numpy arrays that view the request body where they can,
+without copying (shared memory tensors are read out with pread: see shm.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,15 @@ from typing import Any, cast
 import numpy as np
 
 from mcpd.serving.errors import RequestError
-from mcpd.serving.shm import SharedMemory, ShmRef
+from mcpd.serving.shm import PeerMemory, ShmRef
 from mcpd.serving.tensors import TensorSpec, datatype_of
+from mcpd.serving.values import brief, integer, parse_json
 
 VERSION = "1"
 """mcpd serves one version of each model; clients may name it."""
+NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+"""JSON has no NaN or infinities: they go out as the strings protobuf's JSON mapping uses
+(https://protobuf.dev/programming-guides/json/, "NaN", "Infinity", "-Infinity")."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,6 @@ def _params(item: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     return params
 
 
-def _int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(f"{what} must be an integer, got {value!r}")
-    return value
-
-
 def _shm(params: Mapping[str, Any], what: str) -> ShmRef | None:
     if "shared_memory_region" not in params and "shared_memory_byte_size" not in params:
         return None
@@ -79,8 +77,8 @@ def _shm(params: Mapping[str, Any], what: str) -> ShmRef | None:
             f"{what}: shared memory needs both shared_memory_region (a name) and "
             "shared_memory_byte_size"
         )
-    size = _int(params["shared_memory_byte_size"], f"{what}: shared_memory_byte_size")
-    offset = _int(params.get("shared_memory_offset", 0), f"{what}: shared_memory_offset")
+    size = integer(params["shared_memory_byte_size"], f"{what}: shared_memory_byte_size")
+    offset = integer(params.get("shared_memory_offset", 0), f"{what}: shared_memory_offset")
     return ShmRef(region, offset, size)
 
 
@@ -113,7 +111,7 @@ def _input(
     interface: Interface,
     binary: memoryview,
     offset: int,
-    shm: SharedMemory,
+    shm: PeerMemory,
 ) -> tuple[int, np.ndarray, int]:
     """(position in the model's inputs, the array, bytes of the binary section consumed)."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
@@ -121,11 +119,12 @@ def _input(
     name = item["name"]
     if name not in interface.by_name:
         known = ", ".join(interface.by_name)
-        raise RequestError(f"unknown input {name!r}; the model's inputs are {known}")
+        raise RequestError(f"unknown input {brief(name)}; the model's inputs are {known}")
     index, spec = interface.by_name[name]
     what = f"input {name!r}"
     if item.get("datatype") != spec.datatype:
-        raise RequestError(f"{what}: datatype {item.get('datatype')!r}, expected {spec.datatype}")
+        got = brief(item.get("datatype"))
+        raise RequestError(f"{what}: datatype {got}, expected {spec.datatype}")
     shape = item.get("shape")
     expected = [-1, *spec.shape[1:]]
     if (
@@ -134,7 +133,7 @@ def _input(
         or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape)
         or any(want not in (-1, got) for want, got in zip(expected[1:], shape[1:], strict=True))
     ):
-        raise RequestError(f"{what}: shape {shape!r}, expected {expected} (-1: any size)")
+        raise RequestError(f"{what}: shape {brief(shape)}, expected {expected} (-1: any size)")
     if not 1 <= shape[0] <= interface.max_batch:
         raise RequestError(
             f"{what}: batch of {shape[0]}, this model takes 1..{interface.max_batch}"
@@ -154,9 +153,9 @@ def _input(
             raise RequestError(f"{what}: give data or shared memory, not both")
         if ref.byte_size != nbytes:
             raise RequestError(f"{what}: shared_memory_byte_size {ref.byte_size}, needs {nbytes}")
-        flat = np.frombuffer(shm.view(ref, nbytes), spec.dtype)
+        flat = shm.read(ref, spec.dtype, count)
     elif "binary_data_size" in params:
-        size = _int(params["binary_data_size"], f"{what}: binary_data_size")
+        size = integer(params["binary_data_size"], f"{what}: binary_data_size")
         if size != nbytes:
             raise RequestError(f"{what}: binary_data_size {size}, shape {shape} needs {nbytes}")
         if offset + size > len(binary):
@@ -171,7 +170,7 @@ def _input(
 
 
 def decode(
-    body: bytes, header_length: int | None, interface: Interface, shm: SharedMemory
+    body: bytes | bytearray, header_length: int | None, interface: Interface, shm: PeerMemory
 ) -> InferRequest:
     if header_length is None:
         header_length = len(body)
@@ -180,10 +179,7 @@ def decode(
             f"Inference-Header-Content-Length {header_length} is outside the body "
             f"({len(body)} bytes)"
         )
-    try:
-        header = json.loads(body[:header_length])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(f"malformed JSON in the request: {exc}") from None
+    header = parse_json(body[:header_length], "the request")
     if not isinstance(header, dict):
         raise RequestError("the request must be a JSON object")
     request_id = header.get("id")
@@ -218,7 +214,7 @@ def decode(
         request_id,
         inputs,
         _outputs(header, params, interface),
-        None if timeout is None else _int(timeout, "parameter timeout (µs)"),
+        None if timeout is None else integer(timeout, "parameter timeout (µs)"),
     )
 
 
@@ -241,7 +237,7 @@ def _outputs(
         name = item["name"]
         if name not in names:
             raise RequestError(
-                f"unknown output {name!r}; the model's outputs are {', '.join(names)}"
+                f"unknown output {brief(name)}; the model's outputs are {', '.join(names)}"
             )
         if names[name] in wanted:
             raise RequestError(f"output {name!r} is requested twice")
@@ -256,7 +252,7 @@ def _outputs(
 
 def encode(
     model: str, request: InferRequest, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec],
-    shm: SharedMemory,
+    shm: PeerMemory,
 ) -> tuple[bytes, int | None]:  # fmt: skip
     """The response body, and the JSON header's length where binary tensors follow it."""
     items = []
@@ -269,7 +265,7 @@ def encode(
             "shape": list(array.shape),
         }
         if want.shm is not None:
-            np.frombuffer(shm.view(want.shm, array.nbytes), array.dtype)[:] = array.reshape(-1)
+            shm.write(want.shm, array)
             item["parameters"] = {
                 "shared_memory_region": want.shm.region,
                 "shared_memory_byte_size": array.nbytes,
@@ -278,12 +274,19 @@ def encode(
             blobs.append(array.tobytes())
             item["parameters"] = {"binary_data_size": array.nbytes}
         else:
-            item["data"] = array.reshape(-1).tolist()
+            item["data"] = _json_values(array.reshape(-1))
         items.append(item)
     body: dict[str, Any] = {"model_name": model, "model_version": VERSION, "outputs": items}
     if request.id is not None:
         body["id"] = request.id
-    header = json.dumps(body, separators=(",", ":")).encode()
+    header = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     if not blobs:
         return header, None
     return b"".join((header, *blobs)), len(header)
+
+
+def _json_values(flat: np.ndarray) -> list[Any]:
+    values: list[Any] = flat.tolist()
+    if flat.dtype.kind != "f" or np.isfinite(flat).all():
+        return values
+    return [v if math.isfinite(v) else NON_FINITE.get(v, "NaN") for v in values]

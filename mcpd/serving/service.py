@@ -14,6 +14,8 @@ from mcpd.config import Config
 from mcpd.events import EventBus
 from mcpd.listen import Listener, listen
 from mcpd.serving.app import Endpoints
+from mcpd.serving.connections import Acceptor, connection_cap
+from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.state import ModelStats
@@ -22,6 +24,11 @@ log = logging.getLogger("mcpd.serving")
 
 SHUTDOWN_TIMEOUT_S = 10.0
 """How long stop() lets answers to requests already taken finish."""
+LINGER_S = 1.0
+"""How long the rest of a body the handler did not read (an error answered early) is read and
+dropped before the connection closes, so that a client still sending can read the answer; long
+enough for a local client, short enough that a slow one cannot hold its connection (aiohttp's
+default is 10 s)."""
 
 
 class InferenceService:
@@ -40,9 +47,9 @@ class InferenceService:
         self.config = config
         self.repository = Repository(batch_size, events, config.daemon.max_request_bytes)
         self.shm = SharedMemory(shm_root)
-        self.endpoints = Endpoints(
-            self.repository, self.shm, status, config.daemon.max_request_bytes
-        )
+        self.endpoints = Endpoints(self.repository, self.shm, status, config.daemon)
+        self.throttle = Throttle()
+        self.connections: Acceptor | None = None
         self._runner: web.AppRunner | None = None
         self._given = listener
         """A socket someone else holds (the governor): used as it is, never bound or removed."""
@@ -53,17 +60,27 @@ class InferenceService:
         self._listener = self._given or listen(
             self.config.daemon.socket, self.config.daemon.socket_group
         )
+        self.throttle.install()
         # handler_cancellation: a client that disconnects cancels its handler, which takes its
-        # request out of the queue.
+        # request out of the queue. keepalive_timeout: aiohttp closes a connection that has not
+        # completed a request's header this long after connecting or after its last response
+        # (a half-sent header included), which makes it the header timeout.
         runner = web.AppRunner(
             self.endpoints.application(),
             handle_signals=False,
             access_log=None,
             handler_cancellation=True,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            keepalive_timeout=self.config.daemon.header_timeout_ms / 1000,
+            lingering_time=LINGER_S,
         )
         await runner.setup()
-        await web.SockSite(runner, self._listener.sock).start()
+        assert runner.server is not None  # made by setup()
+        cap = connection_cap(self.config.daemon.max_connections)
+        self.connections = Acceptor(
+            self._listener.sock, runner.server, lambda: min(cap, self.config.daemon.max_connections)
+        )
+        self.connections.start()
         self._runner = runner
         where = self._listener.path or "the socket passed by systemd"
         log.info("serving the Open Inference Protocol on %s", where)
@@ -71,24 +88,32 @@ class InferenceService:
 
     async def stop(self) -> None:
         """Stop accepting, finish the queued requests, release the models and shared memory."""
+        if self.connections is not None:
+            self.connections.stop()  # answers in flight go on
         if self._runner is not None:
-            await self._runner.shutdown()  # stop listening; answers in flight go on
+            await self._runner.shutdown()
         await self.repository.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         self.shm.close()
-        if self._listener is not None and self._listener.path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._listener.path)
+        self.throttle.remove()
+        if self._listener is not None:
+            self._listener.sock.close()
+            if self._listener.path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._listener.path)
         self._listener = None
 
     async def reload(self, config: Config) -> None:
-        """Models are added, removed or replaced; the socket and the size limit stay as started
-        (the socket is bound, and the limit is built into the HTTP server)."""
-        if config.daemon.max_request_bytes != self.config.daemon.max_request_bytes:
-            log.warning("reload: [daemon] max_request_bytes changes only on restart")
+        """Models are added, removed or replaced and the request limits apply at once; the socket,
+        the largest tensor (built into each model's interface) and the header timeout (built into
+        the HTTP server) stay as started."""
+        for key in ("max_request_bytes", "header_timeout_ms"):
+            if getattr(config.daemon, key) != getattr(self.config.daemon, key):
+                log.warning("reload: [daemon] %s changes only on restart", key)
         self.config = config
+        self.endpoints.bodies.daemon = config.daemon
         await self.repository.apply(config.models)
 
     def stats(self) -> dict[str, ModelStats]:

@@ -1,0 +1,131 @@
+"""What clients together may take from the daemon besides connections (connections.py): memory for
+request bodies, and log lines.
+
+The governor shares the process, so the bodies held at once are bounded, and repeated log lines
+from asyncio, aiohttp and the connection cap are throttled (a connection flood used to log each
+failed accept: 133 MB of journal in 50 s, issue 11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from mcpd.config import DaemonSection
+from mcpd.serving.errors import RequestError
+
+THROTTLED_LOGGERS = ("asyncio", "aiohttp.server", "aiohttp.access", "mcpd.serving.connections")
+LOG_INTERVAL_S = 10.0
+
+
+class Throttle(logging.Filter):
+    """Per logger and interval: each message (its first line) once, and at most `per_logger`
+    records in all (messages that embed varying text cannot get round the first rule). The next
+    record that passes says how many were dropped."""
+
+    def __init__(self, interval_s: float = LOG_INTERVAL_S, per_logger: int = 10, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        super().__init__()
+        self.interval_s = interval_s
+        self.per_logger = per_logger
+        self.clock = clock
+        self._window = clock()
+        self._seen: set[tuple[str, str]] = set()
+        self._passed: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        if now - self._window >= self.interval_s:
+            self._window = now
+            self._seen.clear()
+            self._passed.clear()
+        key = (record.name, str(record.msg).split("\n", 1)[0][:80])
+        if key in self._seen or self._passed.get(record.name, 0) >= self.per_logger:
+            self._dropped[record.name] = self._dropped.get(record.name, 0) + 1
+            return False
+        self._seen.add(key)
+        self._passed[record.name] = self._passed.get(record.name, 0) + 1
+        dropped = self._dropped.pop(record.name, 0)
+        if dropped:
+            record.msg = f"{record.msg} ({dropped} similar lines dropped before this one)"
+        return True
+
+    def install(self) -> None:
+        for name in THROTTLED_LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def remove(self) -> None:
+        for name in THROTTLED_LOGGERS:
+            logging.getLogger(name).removeFilter(self)
+
+
+JSON_ADVICE = (
+    "; send big tensors as binary data (Inference-Header-Content-Length) or in shared memory"
+)
+
+
+class Bodies:
+    """Request bodies: each within its limit, all those held at once within max_inflight_bytes,
+    each received within body_timeout_ms."""
+
+    def __init__(self, daemon: DaemonSection) -> None:
+        self.daemon = daemon
+        self.held = 0
+
+    @contextlib.asynccontextmanager
+    async def read(
+        self, request: web.Request, limit: int, setting: str, advice: str = ""
+    ) -> AsyncIterator[bytearray]:
+        """The body, held against the budget until the block ends (the request's arrays view it)."""
+        size = request.content_length
+        if size is not None and size > limit:
+            raise _too_large(size, limit, setting, advice)
+        # A chunked body's size is known only at its end: it holds its limit meanwhile.
+        held = limit if size is None else size
+        self._take(held)
+        try:
+            timeout = self.daemon.body_timeout_ms / 1000
+            try:
+                body = await asyncio.wait_for(_read(request, limit, setting, advice), timeout)
+            except asyncio.TimeoutError:
+                raise RequestError(
+                    f"the request body did not arrive within {self.daemon.body_timeout_ms} ms "
+                    "([daemon] body_timeout_ms)",
+                    408,
+                ) from None
+            yield body
+        finally:
+            self.held -= held
+
+    def _take(self, size: int) -> None:
+        limit = self.daemon.max_inflight_bytes
+        if size > limit:
+            raise _too_large(size, limit, "max_inflight_bytes, all requests together")
+        if self.held + size > limit:
+            raise RequestError(
+                f"busy: requests in flight hold {self.held} of the {limit} bytes allowed "
+                "([daemon] max_inflight_bytes); retry",
+                503,
+            )
+        self.held += size
+
+
+async def _read(request: web.Request, limit: int, setting: str, advice: str) -> bytearray:
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(len(body), limit, setting, advice)
+    return body  # not bytes(body): that would hold it twice
+
+
+def _too_large(size: int, limit: int, setting: str, advice: str = "") -> RequestError:
+    return RequestError(
+        f"request body of {size} bytes over the limit of {limit} bytes ([daemon] {setting}){advice}",
+        413,
+    )

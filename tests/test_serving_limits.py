@@ -1,0 +1,245 @@
+"""What clients together may take: connections (a cap under the descriptor limit, 503 beyond it),
+time (header and body timeouts), memory (request bodies alone and together, JSON apart) and log
+lines (throttled). The last test is the reproduction: a flood of half-sent requests against the
+real daemon no longer stops it from writing caps."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcpd.serving.connections import RESERVED_DESCRIPTORS, connection_cap
+from mcpd.serving.limits import Throttle
+from tests.conftest import PROJECT
+from tests.serving_models import scale
+from tests.serving_server import Served, config
+
+HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    models = [{"name": "m", "path": str(scale(tmp_path / "scale.onnx")), "max_batch": 4}]
+    limits = {
+        "max_connections": 4,
+        "header_timeout_ms": 2000,
+        "body_timeout_ms": 2000,
+        "max_request_bytes": 8192,
+        "max_json_bytes": 2048,
+        "max_inflight_bytes": 10000,
+    }
+    server = Served(config(tmp_path, models, **limits))
+    server.wait_settled()
+    yield server
+    server.close()
+
+
+def connect(served: Served, data: bytes = b"") -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(served.socket)
+    sock.sendall(data)
+    return sock
+
+
+def answer(sock: socket.socket) -> bytes:
+    """Everything until the server closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_over_the_cap_clients_wait_until_the_header_timeout_frees_a_connection(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ExitStack() as stack:
+        half_sent = [stack.enter_context(connect(served, HEAD[:20])) for _ in range(4)]
+        started = time.monotonic()
+        # A fifth client waits in the backlog, not accepted, until the header timeout (2 s) closes
+        # the half-sent requests (75 s before, aiohttp's default).
+        with connect(served, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n") as waiting:
+            assert waiting.recv(65536).startswith(b"HTTP/1.1 200")
+        waited = time.monotonic() - started
+        for sock in half_sent:
+            assert answer(sock) == b""
+    assert 1.5 < waited < 10
+    assert served.service.connections is not None and served.service.connections.capped >= 1
+    capped = [r for r in caplog.records if "new connections wait" in r.getMessage()]
+    assert len(capped) == 1  # throttled: one line per 10 s
+    assert capped[0].getMessage().startswith("4 client connections are open")
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(served: Served) -> None:
+    with connect(served, HEAD + b"Content-Length: 100\r\n\r\n{") as sock:
+        reply = answer(sock)
+    assert reply.startswith(b"HTTP/1.1 408")
+    assert b"did not arrive within 2000 ms ([daemon] body_timeout_ms)" in reply
+
+
+def post(served: Served, body: bytes, **headers: str) -> tuple[int, str]:
+    with served.client() as client:
+        reply = client.request("POST", "/v2/models/m/infer", body, headers)
+    return reply.status, json.loads(reply.body)["error"]
+
+
+def test_json_has_a_smaller_limit_than_binary_tensors(served: Served) -> None:
+    big_json = json.dumps({"inputs": [], "pad": "x" * 3000}).encode()
+    status, message = post(served, big_json)
+    assert status == 413
+    assert "over the limit of 2048 bytes ([daemon] max_json_bytes)" in message
+    assert "send big tensors as binary data" in message
+    status, message = post(served, big_json, **{"Inference-Header-Content-Length": "3000"})
+    assert status == 413
+    assert (
+        "JSON header of 3000 bytes over the limit of 2048 bytes ([daemon] max_json_bytes)"
+        in message
+    )
+    # Binary tensors may take the whole max_request_bytes.
+    x = np.zeros((4, 4), np.float32)
+    with served.client() as client:
+        assert client.infer("m", {"x": x})["double"].shape == (4, 4)
+    status, message = post(served, b"x" * 9000, **{"Inference-Header-Content-Length": "10"})
+    assert status == 413 and "([daemon] max_request_bytes)" in message
+
+
+def test_bodies_held_at_once_are_bounded(served: Served) -> None:
+    head = HEAD + b"Inference-Header-Content-Length: 10\r\nContent-Length: 6000\r\n\r\n"
+    with connect(served, head + b"{") as slow:  # holds 6000 bytes while its body trickles in
+        deadline = time.monotonic() + 5
+        while served.service.endpoints.bodies.held == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        status, message = post(served, b"x" * 6000, **{"Inference-Header-Content-Length": "10"})
+        assert status == 503
+        assert "busy: requests in flight hold 6000 of the 10000 bytes allowed" in message
+        assert answer(slow).startswith(b"HTTP/1.1 408")
+    assert served.service.endpoints.bodies.held == 0
+    status, message = post(served, b"x" * 6000, **{"Inference-Header-Content-Length": "10"})
+    assert status == 400  # taken, and then refused for what it holds
+
+
+def test_the_cap_stays_below_the_descriptor_limit() -> None:
+    assert connection_cap(256, descriptors=1024) == 256
+    assert connection_cap(1024, descriptors=1024) == 1024 - RESERVED_DESCRIPTORS
+    assert connection_cap(256, descriptors=10) == 1
+    assert connection_cap(256, descriptors=resource.RLIM_INFINITY) == 256
+
+
+def test_repeated_log_lines_are_throttled() -> None:
+    now = [0.0]
+    throttle = Throttle(interval_s=10, per_logger=3, clock=lambda: now[0])
+    logger = logging.getLogger("asyncio")
+
+    def record(message: str) -> logging.LogRecord:
+        return logger.makeRecord("asyncio", logging.ERROR, __file__, 1, message, (), None)
+
+    accept = "socket.accept() out of system resource\nsocket: <socket fd=6>"
+    assert throttle.filter(record(accept))
+    assert not any(throttle.filter(record(accept)) for _ in range(1000))
+    # Messages that differ get through, but only so many per logger and interval.
+    varying = [record(f"Exception in callback <Handle {n}>") for n in range(50)]
+    assert [throttle.filter(r) for r in varying] == [True, True] + [False] * 48
+    assert varying[0].getMessage().endswith("(1000 similar lines dropped before this one)")
+    now[0] = 10.0
+    again = record(accept)
+    assert throttle.filter(again)
+    assert again.getMessage().endswith("(48 similar lines dropped before this one)")
+    other = logger.makeRecord("aiohttp.server", logging.ERROR, __file__, 1, accept, (), None)
+    assert throttle.filter(other)  # each logger has its own allowance
+
+
+def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path) -> None:
+    """1 100 half-sent requests against a 1 024-descriptor limit used to leave no descriptor for
+    cap writes; here 700 against 512."""
+    sock_path = tmp_path / "mcpd.sock"
+    cfg = tmp_path / "mcpd.toml"
+    board = tmp_path / "board"
+
+    def configure(high: float, low: float) -> None:
+        cfg.write_text(
+            f'[daemon]\nsocket = "{sock_path}"\nstate_dir = "{tmp_path / "state"}"\n'
+            "header_timeout_ms = 60000\n"
+            f"[governor]\ntemp_high_c = {high}\ntemp_low_c = {low}\n"
+        )
+
+    configure(140.0, 130.0)  # nothing to do: the caps stay at their maximum
+    log = tmp_path / "daemon.log"
+    command = [sys.executable, "-m", "mcpd", "run", "--config", str(cfg),
+               "--simulate", "jetson-orin-nano", "--sim-root", str(board)]  # fmt: skip
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=PROJECT,
+            stderr=stderr,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512)),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not sock_path.exists():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        caps = sorted(board.glob("sys/devices/system/cpu/cpufreq/policy*/scaling_max_freq"))
+        before = {path: path.read_text() for path in caps}
+        with ExitStack() as stack:
+            # The cap (512 less the reserve) and a full backlog (128) take 448 of them.
+            assert len(flood(sock_path, 700, stack)) >= 512 - RESERVED_DESCRIPTORS
+            # Descriptors to spare: the daemon accepts no more than its cap.
+            assert len(os.listdir(f"/proc/{process.pid}/fd")) < 512 - 100
+            configure(30.0, 25.0)  # now throttle: the loop must write the caps
+            process.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 20
+            while all(path.read_text() == before[path] for path in caps):
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        text = log.read_text()
+        assert "Too many open files" not in text
+        assert text.count("new connections wait") <= 2
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, log.read_text()
+
+
+def flood(path: Path, count: int, stack: ExitStack) -> list[socket.socket]:
+    """Up to `count` connections that each send half a header, made as fast as the server's
+    backlog takes them, until it has taken none for a second."""
+    made: list[socket.socket] = []
+    quiet_since = time.monotonic()
+    while len(made) < count and time.monotonic() - quiet_since < 1.0:
+        sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        sock.setblocking(False)
+        try:
+            sock.connect(str(path))
+        except BlockingIOError:  # the backlog is full
+            sock.close()
+            time.sleep(0.01)
+            continue
+        sock.send(HEAD[:20])
+        made.append(sock)
+        quiet_since = time.monotonic()
+    return made
+
+
+def test_a_reload_applies_the_body_limits_at_once(served: Served) -> None:
+    body = json.dumps({"inputs": [], "pad": "x" * 3000}).encode()
+    assert post(served, body)[0] == 413
+    cfg = served.service.config
+    looser = cfg.model_copy(
+        update={"daemon": cfg.daemon.model_copy(update={"max_json_bytes": 4096})}
+    )
+    served.call(served.service.reload(looser))
+    status, message = post(served, body)
+    assert status == 400 and "inputs must be a non-empty list" in message
