@@ -162,6 +162,8 @@ class ControlLoop:
         self._caps: dict[str, float | None] = {}
         self._curs: dict[str, float | None] = {}
         now = clock()
+        self._started = now
+        self._floor_warned = False
         self._next_temp = self._next_power = self._next_housekeeping = now
         self._next_ping = now
         self._last_scan = now
@@ -248,8 +250,12 @@ class ControlLoop:
         metered = self.sensors.power_plan.metered
         temp = self._fresh(self._temp, now)
         power = self._fresh(self._power, now) if metered else None
+        # A meter that has not produced its first reading yet (RAPL needs two energy samples) is
+        # not a failed one: govern by temperature alone until it has had stale_s to produce one.
+        first_pending = self._power is None and now - self._started <= self.settings.stale_s
+        metered = metered and not first_pending
         self._note_unknown("temperature", temp is None and self._temp is not None)
-        self._note_unknown("power", metered and power is None and self._power is not None)
+        self._note_unknown("power", metered and power is None)
         return Readings(temp, power, metered)
 
     def _note_unknown(self, signal: str, unknown: bool) -> None:
@@ -282,6 +288,7 @@ class ControlLoop:
             changes = self.actuators.apply(governor, verdict)
             if changes:
                 written = self.clock()
+            self._check_power_floor(readings)
             for change in changes:
                 self._caps[change.domain] = change.new_mhz
             batch = self._step_batches(verdict)
@@ -292,6 +299,23 @@ class ControlLoop:
             self._state = "fail-safe" if unknown else states[verdict.action]
         self.snapshot = self._build_snapshot()
         return written
+
+    def _check_power_floor(self, readings: Readings) -> None:
+        """Say once, loudly, when the power limit cannot be met inside the configured clamp: the
+        board draws more than the limit with every domain at its floor (AGX Orin at 12 W)."""
+        limit = self.settings.governor.power_high_w
+        power = readings.power_w
+        controls = self.actuators.controls.values()
+        if self._floor_warned or power is None or power < limit or not controls:
+            return
+        if all(c.target <= c.low for c in controls):
+            self._floor_warned = True
+            message = (
+                f"power limit {limit:g} W is below what the board draws with every domain at its "
+                f"floor ({power:.2f} W): raise [governor] power_high_w or lower min_mhz"
+            )
+            log.warning(message)
+            self.events.publish(Event("fault", message, {"power_w": power, "limit_w": limit}))
 
     def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
         changed: dict[str, tuple[int, int]] = {}

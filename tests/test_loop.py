@@ -262,6 +262,39 @@ def test_silent_power_meter_is_fail_safe(fake: FakeSysfs) -> None:
     assert cap(fake, POLICY4) == 600000
 
 
+def test_rapl_without_a_first_reading_is_not_a_failed_meter(tmp_path: Path) -> None:
+    """RAPL gives no power until its second energy sample: the first decisions go by temperature
+    alone, with no fail-safe cut at start."""
+    sim = Simulator(PROFILES["x86-intel"], tmp_path / "board", load=LoadSchedule("idle"))
+    sim.build()
+    loop, clock, events = make_loop(sim.root)
+    assert loop.sensors.power_plan.metered
+    run_for(loop, clock, 2.0, sim)
+    assert not [e for e in events if e.kind == "governor" and e.data["action"] == "lower"]
+    assert not [e for e in events if e.kind == "fault"]
+
+
+def test_meter_that_never_reads_is_fail_safe_after_stale_ms(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 60.0, 5.0)
+    fake.file(INA_CURR, "garbage\n")
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 0.9)
+    assert cap(fake, POLICY4) == 2400000 and loop.snapshot.state == "raising"
+    run_for(loop, clock, 0.5)
+    assert loop.snapshot.state == "fail-safe" and cap(fake, POLICY4) < 2400000
+    assert any(e.kind == "fault" and "power unknown" in e.message for e in events)
+
+
+def test_power_limit_below_the_floor_draw_is_reported_once(tmp_path: Path) -> None:
+    sim = Simulator(PROFILES["jetson-agx-orin"], tmp_path / "board")
+    sim.build()
+    loop, clock, events = make_loop(sim.root)
+    run_for(loop, clock, 10.0, sim)
+    floor = [e for e in events if "below what the board draws" in e.message]
+    assert len(floor) == 1 and floor[0].data["limit_w"] == 12.0
+    assert all(c.target == c.low for c in loop.actuators.controls.values())
+
+
 def test_vanished_sensor_and_renumbered_hwmon_are_rediscovered(fake: FakeSysfs) -> None:
     board_with_meter(fake, 60.0, 5.0)
     loop, clock, events = make_loop(fake.root)
