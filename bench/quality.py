@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from governors import HysteresisGovernor
+from governors import AdaptivePolicy, HysteresisGovernor
 from mcpd import board, domains
 from mcpd.actuation import domain_range
 from mcpd.domains import FrequencyDomain
@@ -27,7 +27,7 @@ from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
 
 SCENARIOS = ("sustained", "bursts", "bursts-short", "ambient-step", "load-step")
-GOVERNORS = ("hysteresis", "fixed")
+GOVERNORS = ("hysteresis", "adaptive", "fixed")
 TEMP_LIMIT_C = 85.0
 MEASURE_S = 0.2
 AMBIENT_STEP_C = 10.0
@@ -72,9 +72,14 @@ class Case:
 def loop_settings(case: Case, governor: str, raise_hold_ms: int = 0) -> LoopSettings:
     limit = case.power_limit_w
     rule = HysteresisGovernor(power_high_w=limit, power_low_w=limit * 0.75)
-    if governor != "hysteresis":
-        raise ValueError(f"governor {governor!r}: expected one of {', '.join(GOVERNORS)}")
-    return LoopSettings(governor=rule, raise_hold_s=raise_hold_ms / 1000)
+    if governor not in ("hysteresis", "adaptive"):
+        raise ValueError(f"governor {governor!r}: expected hysteresis or adaptive")
+    return LoopSettings(
+        governor=rule,
+        policy=governor,
+        adaptive=AdaptivePolicy(power_high_w=limit),
+        raise_hold_s=raise_hold_ms / 1000,
+    )
 
 
 class _Clock:

@@ -16,10 +16,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from governors import Action, HysteresisGovernor, RaiseHold, Readings, Verdict
+from governors import (
+    Action,
+    AdaptivePolicy,
+    DomainSteps,
+    HysteresisGovernor,
+    Level,
+    RaiseHold,
+    Readings,
+    Verdict,
+    allowed_mhz,
+    uniform_levels,
+)
 from mcpd import domains, status
 from mcpd.actuation import Actuators, CapChange
 from mcpd.baseline import Baseline
@@ -48,6 +59,9 @@ class LoopSettings:
     power_s: float = 0.1
     stale_s: float = 1.0
     governor: HysteresisGovernor = field(default_factory=HysteresisGovernor)
+    policy: str = "hysteresis"
+    """"hysteresis" (the seed rule, `governor`) or "adaptive" (`adaptive`, same thresholds)."""
+    adaptive: AdaptivePolicy = field(default_factory=AdaptivePolicy)
     raise_hold_s: float = 0.0
     domain_overrides: Mapping[str, DomainSection] = field(default_factory=dict)
     models: Mapping[str, int] = field(default_factory=dict)
@@ -77,6 +91,8 @@ class LoopSettings:
                 g.min_mhz,
                 g.max_mhz,
             ),
+            policy=g.policy,
+            adaptive=AdaptivePolicy(g.temp_high_c, g.power_high_w, g.down_factor),
             raise_hold_s=g.raise_hold_ms / 1000,
             domain_overrides=dict(g.domains),
             models={model.name: model.max_batch for model in config.models},
@@ -169,6 +185,8 @@ class ControlLoop:
         self._last_scan = now
         self.sensors = self._discover_sensors()
         self.actuators = Actuators(events)
+        self._levels: tuple[Level, ...] = ()
+        self._adaptive = settings.adaptive.start(())
         self._sync_domains()
         self.snapshot = self._build_snapshot()
 
@@ -284,8 +302,11 @@ class ControlLoop:
         if self.paused:
             self._state = "paused"
         else:
-            verdict, self._hold = self._hold.apply(verdict, now)
-            changes = self.actuators.apply(governor, verdict)
+            if self.settings.policy == "adaptive":
+                verdict, changes = self._adapt(readings, now)
+            else:
+                verdict, self._hold = self._hold.apply(verdict, now)
+                changes = self.actuators.apply(governor, verdict)
             if changes:
                 written = self.clock()
             self._check_power_floor(readings)
@@ -299,6 +320,18 @@ class ControlLoop:
             self._state = "fail-safe" if unknown else states[verdict.action]
         self.snapshot = self._build_snapshot()
         return written
+
+    def _adapt(self, readings: Readings, now: float) -> tuple[Verdict, list[CapChange]]:
+        policy = self.settings.adaptive
+        if self._temp is not None and readings.temp_c is not None:
+            self._adaptive = policy.observe(self._adaptive, *self._temp)
+        before = self._adaptive.level
+        verdict, self._adaptive = policy.decide(self._adaptive, readings, now, self._levels)
+        if self._adaptive.level == before or not self._levels:
+            return verdict, []
+        return verdict, self.actuators.set_targets(
+            dict(self._levels[self._adaptive.level].caps_mhz)
+        )
 
     def _check_power_floor(self, readings: Readings) -> None:
         """Say once, loudly, when the power limit cannot be met inside the configured clamp: the
@@ -374,7 +407,23 @@ class ControlLoop:
                 change.old_mhz,
                 change.new_mhz,
             )
+        self._update_levels()
         self._read_clocks()
+
+    def _update_levels(self) -> None:
+        """The adaptive policy's levels from the domains' tables and ranges; when they change,
+        it continues from the highest level not above the one it was at."""
+        steps = [
+            DomainSteps(name, c.domain.max_mhz, allowed_mhz(c.domain.available_mhz, c.low, c.high))
+            for name, c in self.actuators.controls.items()
+        ]
+        levels = uniform_levels(steps)
+        if levels == self._levels:
+            return
+        fraction = self._levels[self._adaptive.level].fraction if self._levels else 1.0
+        level = max((i for i, lv in enumerate(levels) if lv.fraction <= fraction), default=0)
+        self._levels = levels
+        self._adaptive = replace(self._adaptive, level=level)
 
     def _read_clocks(self) -> None:
         controls = self.actuators.controls
@@ -410,6 +459,10 @@ class ControlLoop:
             self.sensors = self._discover_sensors()
         self._sync_domains()
         self._hold = RaiseHold(settings.raise_hold_s)
+        if settings.policy != old.policy or settings.adaptive != old.adaptive:
+            self._adaptive = replace(
+                settings.adaptive.start(self._levels), level=self._adaptive.level
+            )
         self._batch = {
             name: min(self._batch.get(name, top), top) for name, top in settings.models.items()
         }

@@ -388,6 +388,38 @@ def test_closed_loop_throttles_at_85_and_recovers_below_75(tmp_path: Path) -> No
     assert "lower" in actions and "raise" in actions
 
 
+def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
+    tmp_path: Path,
+) -> None:
+    """Sustained load on an RK3588: where the seed rule cycles in its band, the adaptive policy
+    comes down a level at a time ahead of 85 °C and then holds, with its batch sizes following."""
+    sim = Simulator(PROFILES["rk3588"], tmp_path / "board", load=LoadSchedule("sustained"))
+    sim.build()
+    loop, clock, events = make_loop(sim.root, LoopSettings(policy="adaptive", models={"m": 8}))
+    temps = []
+    for _ in range(240):
+        run_for(loop, clock, 1.0, sim)
+        temps.append(loop.snapshot.temperature_c or 0.0)
+    assert max(temps) < 85.5 and min(temps[-60:]) > 80.0
+    changes = [e for e in events if e.kind == "governor" and e.data["caps"]]
+    late = [e for e in changes if e.data["action"] == "lower"]
+    assert late and len(changes) <= 20
+    caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
+    assert tuple(caps.items()) in {level.caps_mhz for level in loop._levels}
+    assert loop.snapshot.batch["m"] < 8
+
+
+def test_reload_switches_policy_from_the_level_in_force(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 1.0)
+    loop.request_reload(LoopSettings(policy="adaptive"))
+    set_temp(fake, 85.0)
+    run_for(loop, clock, 0.2)
+    # One level down (0.92 x max: 2208 MHz and the NPU's 900), not the seed rule's x 0.7.
+    assert cap(fake, POLICY4) == 2208000 and cap(fake, NPU) == 900000000
+
+
 def test_a_receiver_that_stops_reading_never_blocks_the_loop(
     fake: FakeSysfs, tmp_path: Path
 ) -> None:
