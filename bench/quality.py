@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from governors import AdaptivePolicy, HysteresisGovernor
+from governors import AdaptivePolicy, DomainSteps, HysteresisGovernor, allowed_mhz, uniform_levels
 from mcpd import board, domains
 from mcpd.actuation import domain_range
 from mcpd.domains import FrequencyDomain
@@ -37,8 +37,6 @@ POWER_LIMITS_W = {"jetson-agx-orin": 30.0}
 AGX Orin, whose lowest allowed clocks alone draw more than 12 W; it gets its 30 W power mode
 (docs/power-modes.md)."""
 DEFAULT_POWER_LIMIT_W = 12.0
-PSTATE_STEP_MHZ = 100.0
-"""Candidate caps for a domain without a frequency table (intel_pstate)."""
 
 
 @dataclass(frozen=True)
@@ -96,30 +94,14 @@ def governed_ranges(found: Iterable[FrequencyDomain]) -> dict[str, tuple[float, 
     return {d.name: domain_range(d, rule.min_mhz, rule.max_mhz, None)[:2] for d in found}
 
 
-def _allowed_mhz(domain: FrequencyDomain, low: float, high: float) -> list[float]:
-    table = domain.available_mhz
-    if not table:
-        steps = int((high - low) // PSTATE_STEP_MHZ)
-        return [low + i * PSTATE_STEP_MHZ for i in range(steps + 1)]
-    inside = [f for f in table if low <= f <= high]
-    return inside or [min(table, key=lambda f: abs(f - low))]
-
-
 def configurations(found: list[FrequencyDomain]) -> list[tuple[float, dict[str, float]]]:
-    """Every distinct uniform-cap configuration inside the governed range, lowest first: the
-    fraction of each maximum, and each domain's cap at that fraction."""
+    """Every distinct uniform-cap configuration inside the governed range, lowest first (the
+    adaptive policy's levels): the fraction of each maximum, and each domain's cap."""
     ranges = governed_ranges(found)
-    allowed = {d.name: _allowed_mhz(d, *ranges[d.name]) for d in found}
-    fractions = sorted({f / d.max_mhz for d in found for f in allowed[d.name]})
-    result: list[tuple[float, dict[str, float]]] = []
-    for fraction in fractions:
-        caps = {}
-        for d in found:
-            below = [f for f in allowed[d.name] if f <= fraction * d.max_mhz + 1e-9]
-            caps[d.name] = max(below) if below else allowed[d.name][0]
-        if not result or caps != result[-1][1]:
-            result.append((fraction, caps))
-    return result
+    steps = [
+        DomainSteps(d.name, d.max_mhz, allowed_mhz(d.available_mhz, *ranges[d.name])) for d in found
+    ]
+    return [(level.fraction, dict(level.caps_mhz)) for level in uniform_levels(steps)]
 
 
 def run(
