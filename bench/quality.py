@@ -144,7 +144,8 @@ def run(
         meter = SensorSet.discover(sim.root)
         temps: list[float] = []
         powers: list[float] = []
-        wake, next_measure = 0.0, 0.0
+        # The first sample at MEASURE_S: at 0 the registers still hold the board before the caps.
+        wake, next_measure = 0.0, MEASURE_S
         while clock.now < case.minutes * 60:
             sim.advance(wake - clock.now)
             clock.now = wake
@@ -174,13 +175,17 @@ def feasible(result: dict[str, object]) -> bool:
     return result["seconds_above_85"] == 0 and result["seconds_over_power_limit"] == 0
 
 
+def configurations_for(profile: str) -> list[tuple[float, dict[str, float]]]:
+    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
+        sim = Simulator(PROFILES[profile], Path(folder) / "board")
+        sim.build()
+        return configurations(domains.discover(sim.root))
+
+
 def best_fixed(case: Case) -> dict[str, object]:
     """Bisection over the configurations (feasibility falls as caps rise), the lowest rung checked
     first: {"fraction", "caps_mhz", "result"}, or {"infeasible": why} when even it is too hot."""
-    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
-        sim = Simulator(PROFILES[case.profile], Path(folder) / "board")
-        sim.build()
-        options = configurations(domains.discover(sim.root))
+    options = configurations_for(case.profile)
     low_result = run(case, "fixed", options[0][1])
     if not feasible(low_result):
         return {"infeasible": "even the lowest configuration inside the governed range breaks "
