@@ -28,9 +28,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, contextmanager
-from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -234,14 +233,18 @@ def idle_daemon(seconds: float, live: bool) -> dict[str, object]:
 
 def quality_sweep(args: argparse.Namespace) -> list[dict[str, object]]:
     """Every case in its own process: simulated time is deterministic, so running them side by
-    side changes nothing but the wall-clock time."""
+    side changes nothing but the wall-clock time. Rows are printed as JSON lines as they come."""
     grid = quality.cases(
         args.profiles, args.scenarios, args.ambients, range(args.seeds), args.sim_minutes
     )
     governors = tuple(args.governors)
+    rows: list[dict[str, object]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = pool.map(quality.sweep_case, grid, repeat(governors))
-        return [row for rows in results for row in rows]
+        for future in as_completed([pool.submit(quality.sweep_case, c, governors) for c in grid]):
+            for row in future.result():
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -283,12 +286,11 @@ def main() -> None:
         report["idle_daemon"] = [
             idle_daemon(args.seconds, live) for live in (True, False) for _ in range(3)
         ]
-    rows: list[dict[str, object]] = []
+    if "timing" in report:
+        print(json.dumps(report, indent=1))
     if args.only in (None, "quality"):
+        print(f"quality sweep, {report['date']}, {report['cpus']} CPUs", flush=True)
         rows = quality_sweep(args)
-        report["quality"] = rows
-    print(json.dumps(report, indent=1))
-    if rows:
         print("\n" + "\n".join(quality.median_table(rows)))
 
 
