@@ -39,7 +39,8 @@ from mcpd.config import Config, DomainSection
 from mcpd.events import Event, EventBus
 from mcpd.notify import Notifier
 from mcpd.state import DomainStatus, LastAction, Snapshot
-from sensors import PowerSample, SensorSet, TemperatureSample
+from mcpd.thermal_forecast import headroom
+from sensors import PowerSample, SensorSet, TemperatureSample, trips
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd.loop")
@@ -180,6 +181,8 @@ class ControlLoop:
         now = clock()
         self._started = now
         self._floor_warned = False
+        self._trips_checked = False
+        self._external_changes = 0
         self._next_temp = self._next_power = self._next_housekeeping = now
         self._next_ping = now
         self._last_scan = now
@@ -401,6 +404,7 @@ class ControlLoop:
         found = domains.discover(self.root, self.baseline)
         changes = self.actuators.sync(found, g.min_mhz, g.max_mhz, self.settings.domain_overrides)
         for change in changes:
+            self._caps[change.domain] = change.new_mhz
             log.info(
                 "%s: cap %s -> %.0f MHz (into the configured range)",
                 change.domain,
@@ -427,7 +431,9 @@ class ControlLoop:
 
     def _read_clocks(self) -> None:
         controls = self.actuators.controls
+        expected = self._caps
         self._caps = {name: c.domain.read_cap_mhz() for name, c in controls.items()}
+        self._notice_external_caps(expected)
         self._curs = {name: c.domain.read_cur_mhz() for name, c in controls.items()}
 
     def _maybe_rediscover(self, now: float) -> None:
@@ -470,9 +476,42 @@ class ControlLoop:
             self._next_temp = self._next_power = now
         log.info("control loop settings reloaded")
 
+    # -- competing controllers -------------------------------------------------------------------
+
+    def _check_kernel_trips(self) -> None:
+        threshold = self.settings.governor.temp_high_c
+        early = trips.passive_at_or_below(trips.discover(self.root), threshold)
+        if not early:
+            return
+        listed = ", ".join(f"{t.zone} {t.celsius:g} °C" for t in early)
+        message = (
+            f"the kernel throttles too: passive trip points at or below mcpd's {threshold:g} °C "
+            f"({listed}); both act on the same limits at the same time"
+        )
+        log.warning(message)
+        data = {"trips": [{"zone": t.zone, "celsius": t.celsius} for t in early]}
+        self.events.publish(Event("competitor", message, data))
+
+    def _notice_external_caps(self, expected: Mapping[str, float | None]) -> None:
+        """A cap that reads back different from what mcpd left there was changed by someone else
+        (thermald, nvpmodel, a person): say so and continue from it instead of writing ours back."""
+        for name, control in self.actuators.controls.items():
+            before, now = expected.get(name), self._caps.get(name)
+            if before is None or now is None or abs(now - before) < 0.5:
+                continue
+            control.target = min(max(now, control.low), control.high)
+            self._external_changes += 1
+            message = f"{name}: cap changed by another program, {before:.0f} -> {now:.0f} MHz; following it"
+            log.warning(message)
+            data = {"domain": name, "expected_mhz": before, "found_mhz": now}
+            self.events.publish(Event("competitor", message, data))
+
     # -- status ----------------------------------------------------------------------------------
 
     def _housekeeping(self) -> None:
+        if not self._trips_checked:
+            self._trips_checked = True
+            self._check_kernel_trips()
         self._read_clocks()
         self.snapshot = self._build_snapshot()
         self.notifier.status(status.line(self.snapshot))
@@ -507,4 +546,7 @@ class ControlLoop:
             profile=self.settings.profile,
             last_action=self._last_action,
             batch=dict(self._batch),
+            headroom=headroom(self._temp_sample.celsius, self.settings.governor.temp_high_c),
+            external_cap_changes=self._external_changes,
+            policy=self.settings.policy,
         )

@@ -420,6 +420,53 @@ def test_reload_switches_policy_from_the_level_in_force(fake: FakeSysfs) -> None
     assert cap(fake, POLICY4) == 2208000 and cap(fake, NPU) == 900000000
 
 
+def test_a_passive_trip_at_mcpds_threshold_is_reported_once(fake: FakeSysfs) -> None:
+    """RK3588 mainline: passive at 85 °C on the CPU zones, the seed rule's own threshold."""
+    board_with_meter(fake, 60.0, 5.0)
+    zone = "sys/devices/virtual/thermal/thermal_zone0"
+    for index, (millidegrees, kind) in enumerate(((85000, "passive"), (115000, "critical"))):
+        fake.file(f"{zone}/trip_point_{index}_temp", f"{millidegrees}\n")
+        fake.file(f"{zone}/trip_point_{index}_type", f"{kind}\n")
+    fake.zone(1, "gpu-thermal", 60000)
+    fake.file("sys/devices/virtual/thermal/thermal_zone1/trip_point_0_temp", "-32768000\n")
+    fake.file("sys/devices/virtual/thermal/thermal_zone1/trip_point_0_type", "passive\n")
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 3.0)
+    (event,) = [e for e in events if e.kind == "competitor"]
+    assert "soc-thermal 85 °C" in event.message
+    assert event.data["trips"] == [{"zone": "soc-thermal", "celsius": 85.0}]
+    quiet, clock, events = make_loop(
+        fake.root, LoopSettings(governor=HysteresisGovernor(temp_high_c=80.0))
+    )
+    run_for(quiet, clock, 2.0)
+    assert not [e for e in events if e.kind == "competitor"]
+
+
+def test_a_cap_changed_by_someone_else_is_reported_and_followed(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)  # in the band: the governor holds
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 1.5)
+    fake.file(POLICY4, "1608000\n")  # thermald, nvpmodel or a person
+    run_for(loop, clock, 2.0)
+    (event,) = [e for e in events if e.kind == "competitor"]
+    assert event.data == {"domain": "policy4", "expected_mhz": 2400.0, "found_mhz": 1608.0}
+    assert cap(fake, POLICY4) == 1608000  # not written back
+    assert loop.actuators.controls["policy4"].target == 1608.0
+    assert loop.snapshot.external_cap_changes == 1
+    set_temp(fake, 70.0)  # governing goes on from there
+    run_for(loop, clock, 0.2)
+    assert 1608000 < cap(fake, POLICY4) < 2400000  # x 1.15 per decision from 1608, not 2400
+    run_for(loop, clock, 2.0)
+    assert len([e for e in events if e.kind == "competitor"]) == 1  # its own writes are not news
+
+
+def test_headroom_in_the_snapshot(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 70.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 0.5)
+    assert loop.snapshot.headroom == pytest.approx(0.5)  # 15 of the 30 °C window left
+
+
 def test_a_receiver_that_stops_reading_never_blocks_the_loop(
     fake: FakeSysfs, tmp_path: Path
 ) -> None:
