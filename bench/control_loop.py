@@ -240,7 +240,8 @@ def quality_sweep(args: argparse.Namespace) -> list[dict[str, object]]:
     governors = tuple(args.governors)
     rows: list[dict[str, object]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
-        for future in as_completed([pool.submit(quality.sweep_case, c, governors) for c in grid]):
+        futures = [pool.submit(quality.sweep_case, c, governors, args.fixed_cache) for c in grid]
+        for future in as_completed(futures):
             for row in future.result():
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -270,6 +271,9 @@ def main() -> None:
     grid.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
     grid.add_argument("--governors", nargs="+", default=["hysteresis"])
     grid.add_argument("--jobs", type=int, default=2, help="processes")
+    grid.add_argument(
+        "--fixed-cache", type=Path, help="folder keeping best fixed caps between sweeps"
+    )
     args = parser.parse_args()
     if args.only == "quality" and args.profile:
         case = quality.Case(args.profile, args.scenario, args.ambient, args.sim_minutes, args.seed)
