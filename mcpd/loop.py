@@ -31,7 +31,7 @@ from governors import (
     allowed_mhz,
     uniform_levels,
 )
-from mcpd import domains, status
+from mcpd import competitors, domains, status
 from mcpd.actuation import Actuators, CapChange
 from mcpd.baseline import Baseline
 from mcpd.board import Board
@@ -40,7 +40,7 @@ from mcpd.events import Event, EventBus
 from mcpd.notify import Notifier
 from mcpd.state import DomainStatus, LastAction, Snapshot
 from mcpd.thermal_forecast import headroom
-from sensors import PowerSample, SensorSet, TemperatureSample, trips
+from sensors import PowerSample, SensorSet, TemperatureSample
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd.loop")
@@ -337,21 +337,13 @@ class ControlLoop:
         )
 
     def _check_power_floor(self, readings: Readings) -> None:
-        """Say once, loudly, when the power limit cannot be met inside the configured clamp: the
-        board draws more than the limit with every domain at its floor (AGX Orin at 12 W)."""
-        limit = self.settings.governor.power_high_w
-        power = readings.power_w
-        controls = self.actuators.controls.values()
-        if self._floor_warned or power is None or power < limit or not controls:
+        if self._floor_warned or readings.power_w is None:
             return
-        if all(c.target <= c.low for c in controls):
-            self._floor_warned = True
-            message = (
-                f"power limit {limit:g} W is below what the board draws with every domain at its "
-                f"floor ({power:.2f} W): raise [governor] power_high_w or lower min_mhz"
-            )
-            log.warning(message)
-            self.events.publish(Event("fault", message, {"power_w": power, "limit_w": limit}))
+        controls = self.actuators.controls.values()
+        limit = self.settings.governor.power_high_w
+        self._floor_warned = competitors.warn_if_floor_over_limit(
+            controls, readings.power_w, limit, self.events
+        )
 
     def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
         changed: dict[str, tuple[int, int]] = {}
@@ -479,32 +471,15 @@ class ControlLoop:
     # -- competing controllers -------------------------------------------------------------------
 
     def _check_kernel_trips(self) -> None:
-        threshold = self.settings.governor.temp_high_c
-        early = trips.passive_at_or_below(trips.discover(self.root), threshold)
-        if not early:
-            return
-        listed = ", ".join(f"{t.zone} {t.celsius:g} °C" for t in early)
-        message = (
-            f"the kernel throttles too: passive trip points at or below mcpd's {threshold:g} °C "
-            f"({listed}); both act on the same limits at the same time"
+        competitors.warn_about_kernel_trips(
+            self.root, self.settings.governor.temp_high_c, self.events
         )
-        log.warning(message)
-        data = {"trips": [{"zone": t.zone, "celsius": t.celsius} for t in early]}
-        self.events.publish(Event("competitor", message, data))
 
     def _notice_external_caps(self, expected: Mapping[str, float | None]) -> None:
-        """A cap that reads back different from what mcpd left there was changed by someone else
-        (thermald, nvpmodel, a person): say so and continue from it instead of writing ours back."""
-        for name, control in self.actuators.controls.items():
-            before, now = expected.get(name), self._caps.get(name)
-            if before is None or now is None or abs(now - before) < 0.5:
-                continue
-            control.target = min(max(now, control.low), control.high)
-            self._external_changes += 1
-            message = f"{name}: cap changed by another program, {before:.0f} -> {now:.0f} MHz; following it"
-            log.warning(message)
-            data = {"domain": name, "expected_mhz": before, "found_mhz": now}
-            self.events.publish(Event("competitor", message, data))
+        controls = self.actuators.controls
+        self._external_changes += competitors.follow_external_caps(
+            controls, expected, self._caps, self.events
+        )
 
     # -- status ----------------------------------------------------------------------------------
 

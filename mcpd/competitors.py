@@ -1,0 +1,73 @@
+"""Limits mcpd cannot meet alone, and others who move the same limits: said once, loudly.
+
+- the kernel's passive trip points at or below mcpd's threshold (docs/competing-controllers.md);
+- caps changed by another program: reported and followed instead of written back;
+- a power limit below what the board draws with every domain at its floor (docs/power-modes.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from mcpd.actuation import DomainControl
+from mcpd.events import Event, EventBus
+from sensors import trips
+
+log = logging.getLogger("mcpd.loop")
+
+
+def warn_about_kernel_trips(root: Path, threshold_c: float, events: EventBus) -> None:
+    early = trips.passive_at_or_below(trips.discover(root), threshold_c)
+    if not early:
+        return
+    listed = ", ".join(f"{t.zone} {t.celsius:g} °C" for t in early)
+    message = (
+        f"the kernel throttles too: passive trip points at or below mcpd's {threshold_c:g} °C "
+        f"({listed}); both act on the same limits at the same time"
+    )
+    log.warning(message)
+    data = {"trips": [{"zone": t.zone, "celsius": t.celsius} for t in early]}
+    events.publish(Event("competitor", message, data))
+
+
+def follow_external_caps(
+    controls: Mapping[str, DomainControl],
+    expected: Mapping[str, float | None],
+    found: Mapping[str, float | None],
+    events: EventBus,
+) -> int:
+    """Caps that read back different from what mcpd left there: each is reported, and its
+    domain's target moves to it. Returns how many."""
+    changed = 0
+    for name, control in controls.items():
+        before, now = expected.get(name), found.get(name)
+        if before is None or now is None or abs(now - before) < 0.5:
+            continue
+        control.target = min(max(now, control.low), control.high)
+        changed += 1
+        message = (
+            f"{name}: cap changed by another program, {before:.0f} -> {now:.0f} MHz; following it"
+        )
+        log.warning(message)
+        data = {"domain": name, "expected_mhz": before, "found_mhz": now}
+        events.publish(Event("competitor", message, data))
+    return changed
+
+
+def warn_if_floor_over_limit(
+    controls: Iterable[DomainControl], power_w: float, limit_w: float, events: EventBus
+) -> bool:
+    """True (and one warning) when every domain is at its floor and the power is still at or
+    over the limit: it cannot be met inside the clamp (AGX Orin at 12 W)."""
+    floors = [c.target <= c.low for c in controls]
+    if power_w < limit_w or not floors or not all(floors):
+        return False
+    message = (
+        f"power limit {limit_w:g} W is below what the board draws with every domain at its "
+        f"floor ({power_w:.2f} W): raise [governor] power_high_w or lower min_mhz"
+    )
+    log.warning(message)
+    events.publish(Event("fault", message, {"power_w": power_w, "limit_w": limit_w}))
+    return True
