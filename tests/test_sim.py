@@ -281,6 +281,9 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--fault", "vanish:nope"],
                          capture_output=True, text=True, timeout=30)  # fmt: skip
     assert bad.returncode == 2 and "no such sensor" in bad.stderr
+    hot = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--ambient", "99"],
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert hot.returncode == 2 and "--ambient 99: expected -40 to 60 °C" in hot.stderr
     process = subprocess.Popen(
         [
             sys.executable,
@@ -293,6 +296,8 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
             str(root),
             "--speed",
             "20",
+            "--ambient",
+            "40",
         ]
     )
     try:
@@ -305,6 +310,7 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
             subprocess.run(["sleep", "0.05"], check=True)
         state = json.loads(state_file.read_text())
         assert state["profile"] == "rk3588" and state["sim_s"] >= 40.0 and state["die_c"] > 60.0
+        assert state["ambient_c"] == 40.0
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
