@@ -2,7 +2,8 @@
 
 - the kernel's passive trip points at or below mcpd's threshold (docs/competing-controllers.md);
 - caps changed by another program: reported and followed instead of written back;
-- a power limit below what the board draws with every domain at its floor (docs/power-modes.md).
+- a power or temperature limit the board exceeds with every domain at its floor
+  (docs/power-modes.md).
 """
 
 from __future__ import annotations
@@ -57,17 +58,24 @@ def follow_external_caps(
 
 
 def warn_if_floor_over_limit(
-    controls: Iterable[DomainControl], power_w: float, limit_w: float, events: EventBus
+    controls: Iterable[DomainControl],
+    signal: str,
+    value: float,
+    limit: float,
+    unit: str,
+    events: EventBus,
 ) -> bool:
-    """True (and one warning) when every domain is at its floor and the power is still at or
-    over the limit: it cannot be met inside the clamp (AGX Orin at 12 W)."""
+    """True (and one warning) when every domain is at its floor and `signal` is still at or
+    over its limit: the limit cannot be met inside the clamp (AGX Orin at 12 W, a Jetson Nano at
+    40 °C ambient)."""
     floors = [c.target <= c.low for c in controls]
-    if power_w < limit_w or not floors or not all(floors):
+    if value < limit or not floors or not all(floors):
         return False
+    key = "power_high_w" if signal == "power" else "temp_high_c"
     message = (
-        f"power limit {limit_w:g} W is below what the board draws with every domain at its "
-        f"floor ({power_w:.2f} W): raise [governor] power_high_w or lower min_mhz"
+        f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} with "
+        f"every domain at its floor; raise [governor] {key} or lower min_mhz"
     )
     log.warning(message)
-    events.publish(Event("fault", message, {"power_w": power_w, "limit_w": limit_w}))
+    events.publish(Event("fault", message, {"signal": signal, "value": value, "limit": limit}))
     return True

@@ -180,7 +180,7 @@ class ControlLoop:
         self._curs: dict[str, float | None] = {}
         now = clock()
         self._started = now
-        self._floor_warned = False
+        self._floor_warned: set[str] = set()
         self._trips_checked = False
         self._external_changes = 0
         self._next_temp = self._next_power = self._next_housekeeping = now
@@ -337,13 +337,19 @@ class ControlLoop:
         )
 
     def _check_power_floor(self, readings: Readings) -> None:
-        if self._floor_warned or readings.power_w is None:
-            return
+        """Say once per signal when a limit cannot be met inside the clamp."""
+        g = self.settings.governor
         controls = self.actuators.controls.values()
-        limit = self.settings.governor.power_high_w
-        self._floor_warned = competitors.warn_if_floor_over_limit(
-            controls, readings.power_w, limit, self.events
-        )
+        for signal, value, limit, unit in (
+            ("power", readings.power_w, g.power_high_w, "W"),
+            ("temperature", readings.temp_c, g.temp_high_c, "°C"),
+        ):
+            if signal in self._floor_warned or value is None:
+                continue
+            if competitors.warn_if_floor_over_limit(
+                controls, signal, value, limit, unit, self.events
+            ):
+                self._floor_warned.add(signal)
 
     def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
         changed: dict[str, tuple[int, int]] = {}

@@ -290,9 +290,21 @@ def test_power_limit_below_the_floor_draw_is_reported_once(tmp_path: Path) -> No
     sim.build()
     loop, clock, events = make_loop(sim.root)
     run_for(loop, clock, 10.0, sim)
-    floor = [e for e in events if "below what the board draws" in e.message]
-    assert len(floor) == 1 and floor[0].data["limit_w"] == 12.0
+    floor = [e for e in events if "cannot be met" in e.message]
+    assert len(floor) == 1 and floor[0].data == {
+        "signal": "power",
+        "value": pytest.approx(17, abs=2),
+        "limit": 12.0,
+    }
     assert all(c.target == c.low for c in loop.actuators.controls.values())
+
+
+def test_temperature_over_the_limit_at_the_floor_is_reported_once(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 5.0)
+    (event,) = [e for e in events if "cannot be met" in e.message]
+    assert event.data == {"signal": "temperature", "value": 90.0, "limit": 85.0}
 
 
 def test_vanished_sensor_and_renumbered_hwmon_are_rediscovered(fake: FakeSysfs) -> None:
