@@ -260,6 +260,10 @@ def document(
         "best_fixed_peak_c": best_result["peak_c"],
         "best_fixed_peak_w": best_result["peak_w"],
         "best_fixed_joules_per_work": best_result["joules_per_work"],
+        "best_fixed_work_by_domain": best_result["work_by_domain"],
+        "worst_domain_ratio": None
+        if best_work is None
+        else worst_domain_ratio(result, best_result),
         "best_fixed_infeasible": best.get("infeasible"),
         "ratio": round(work / best_work, 4) if isinstance(best_work, float) else None,
     }
@@ -290,6 +294,15 @@ def cached_best_fixed(case: Case, cache: Path | None) -> dict[str, object]:
     return best
 
 
+def worst_domain_ratio(result: dict[str, object], best: dict[str, object]) -> float | None:
+    """The least any one domain got relative to its share under the best fixed cap: a policy
+    that wins by starving a domain shows here."""
+    mine, theirs = result["work_by_domain"], best["work_by_domain"]
+    assert isinstance(mine, dict) and isinstance(theirs, dict)
+    ratios = [mine[name] / work for name, work in theirs.items() if work > 0]
+    return round(min(ratios), 4) if ratios else None
+
+
 def sweep_case(
     case: Case, governors: tuple[str, ...], cache: Path | None = None
 ) -> list[dict[str, object]]:
@@ -308,10 +321,16 @@ def median_table(rows: list[dict[str, object]]) -> list[str]:
         values = [float(v) for v in (i[field] for i in items) if isinstance(v, (int, float))]
         return f"{statistics.median(values):.3g}" if values else "–"
 
+    def ratio(items: list[dict[str, object]]) -> str:
+        if all(i["best_fixed_infeasible"] for i in items):
+            return "infeasible"
+        return median(items, "ratio")
+
     lines = [
         "| profile | scenario | ambient °C | governor | ratio | peak °C | s > 86 °C | peak W "
-        "| s over power limit after 1 s | cap changes/min | J/work vs best fixed |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| s over power limit after 1 s | cap changes/min | J/work vs best fixed "
+        "| worst domain vs best fixed |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (profile, scenario, ambient, governor), items in sorted(groups.items(), key=str):
         energy = [
@@ -320,11 +339,12 @@ def median_table(rows: list[dict[str, object]]) -> list[str]:
             if i["best_fixed_joules_per_work"] and i["best_fixed_infeasible"] is None
         ]
         lines.append(
-            f"| {profile} | {scenario} | {ambient:g} | {governor} | {median(items, 'ratio')} "
+            f"| {profile} | {scenario} | {ambient:g} | {governor} | {ratio(items)} "
             f"| {median(items, 'peak_c')} | {median(items, 'seconds_above_86')} "
             f"| {median(items, 'peak_w')} | {median(items, 'seconds_over_power_limit_after_1s')} "
             f"| {median(items, 'cap_changes_per_min')} "
-            f"| {statistics.median(energy) if energy else float('nan'):.3f} |"
+            f"| {statistics.median(energy) if energy else float('nan'):.3f} "
+            f"| {median(items, 'worst_domain_ratio')} |"
         )
     return lines
 
