@@ -12,7 +12,8 @@ state out. It moves through uniform levels (governors/levels.py) one operating p
   under the limit, and `raise_interval_s` since the last change; a raise undone within
   `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
   it again: the back-off that keeps it from probing a level it cannot hold every few seconds;
-- power at or above `power_high_w` jumps down to the highest level whose estimate is under it;
+- power at or above `power_trigger` x `power_high_w` jumps down to the highest level whose
+  estimate is under the limit;
   power is not trusted for `settle_s` after a change (the meters average over 100-140 ms). The
   estimate for a level is the power last measured there once settled (a learned map), else the
   present power scaled by the ratio of fractions squared;
@@ -50,8 +51,11 @@ class AdaptivePolicy:
     temp_high_c: float = 85.0
     power_high_w: float = 12.0
     down_factor: float = 0.7
-    margin_c: float = 1.5
-    raise_margin_c: float = 1.5
+    margin_c: float = 0.5
+    raise_margin_c: float = 1.0
+    act_within_c: float = 3.0
+    """The prediction lowers only within this many degrees of temp_high_c: far below it a
+    burst may run hot (the die and heatsink absorb it) and usually ends first."""
     horizon_s: float = 15.0
     decay_s: float = 10.0
     """A slope is projected as a rise that fades with this time constant, not a straight line:
@@ -63,6 +67,10 @@ class AdaptivePolicy:
     undo_window_s: float = 20.0
     settle_s: float = 0.5
     power_margin: float = 0.97
+    """A raise must be estimated under this fraction of the limit."""
+    power_trigger: float = 0.99
+    """Power at this fraction of the limit lowers: leakage creeps up with temperature at a fixed
+    level, and the meter is read every 100 ms, so acting at the limit itself is too late."""
 
     def start(self, levels: tuple[Level, ...]) -> AdaptiveState:
         return AdaptiveState(len(levels) - 1, raise_interval_s=self.base_raise_interval_s)
@@ -95,8 +103,10 @@ class AdaptivePolicy:
         learned = dict(reversed(state.learned_w))
         if target in learned:
             return max(learned[target], power_w)
+        # Only the dynamic part scales (as f·V², about the ratio squared): up, the square
+        # overestimates; down, static and board power stay, so the plain ratio is the safer guess.
         ratio = levels[target].fraction / levels[state.level].fraction
-        return power_w * ratio**2
+        return power_w * (ratio**2 if ratio > 1 else ratio)
 
     def decide(
         self, state: AdaptiveState, readings: Readings, now: float, levels: tuple[Level, ...]
@@ -112,7 +122,8 @@ class AdaptivePolicy:
         settled = now - state.changed_at >= self.settle_s
         if power is not None and settled:
             state = self._learn(state, power)
-        if power is not None and power >= self.power_high_w and settled:
+        trigger_w = self.power_high_w * self.power_trigger
+        if power is not None and power >= trigger_w and settled:
             target = next(
                 (
                     i
@@ -122,7 +133,7 @@ class AdaptivePolicy:
                 ),
                 0,
             )
-            why = f"power {power:.2f} W >= {self.power_high_w:g} W"
+            why = f"power {power:.2f} W >= {trigger_w:.2f} W ({self.power_trigger:g} x the limit)"
             return self._move(state, target, now, why)
         if temp >= self.temp_high_c:
             if now - state.changed_at >= self.settle_s:
@@ -136,7 +147,8 @@ class AdaptivePolicy:
         predicted = self.predicted_c(state)
         ceiling = self.temp_high_c - self.margin_c
         since = now - state.changed_at
-        if predicted is not None and predicted > ceiling:
+        near = temp >= self.temp_high_c - self.act_within_c
+        if predicted is not None and predicted > ceiling and near:
             if since >= self.lower_interval_s:
                 why = f"temperature {temp:.1f} °C heading for {predicted:.1f} °C in {self.horizon_s:g} s"
                 return self._move(state, state.level - 1, now, why)
