@@ -4,10 +4,9 @@ Pure: readings, the time and the previous state in; a verdict, the level to run 
 state out. It moves through uniform levels (governors/levels.py) one operating point at a time:
 
 - temperature is predicted `horizon_s` ahead from its slope over the last `slope_window_s` (a
-  rise fading with `decay_s`); a
-  predicted temperature above `temp_high_c - margin_c` lowers one level (at most every
-  `lower_interval_s`, so the die can answer before the next cut), a reading at or above
-  `temp_high_c` lowers at once;
+  rise fading with `decay_s`); within `act_within_c` of `temp_high_c`, a predicted temperature
+  above `temp_high_c - margin_c` lowers one level (at most every `lower_interval_s`, so the die
+  can answer before the next cut); a reading at or above `temp_high_c` lowers at once;
 - a raise needs the prediction `raise_margin_c` below that, a power estimate for the next level
   under the limit, and `raise_interval_s` since the last change; a raise undone within
   `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
