@@ -1,15 +1,19 @@
 """Control-loop benchmark: timing under load, idle cost, and control quality on the simulator.
 
-    .venv/bin/python bench/control_loop.py [--seconds 60] [--sim-minutes 10] [--only timing|quality]
+    .venv/bin/python bench/control_loop.py [--seconds 60] [--only timing|quality]
+    .venv/bin/python bench/control_loop.py --only quality --profile P --scenario S --governor G \
+        [--ambient C] [--sim-minutes M] [--seed N] [--cap-fraction F] --json
 
 Timing (real time, the loop in a thread as the daemon runs it, the simulated board in its own
 process): sampling lateness against the fixed grid (p50/p99/max) and sample-to-write latency, with
 (a) nothing else running, (b) both cores saturated by onnxruntime inference in the same process,
 (c) an external CPU hog; and the whole daemon's idle CPU and RSS.
 
-Quality (simulated time, deterministic): the seed rule with raise_hold_ms 0 and other values versus
-the best fixed cap that keeps the board at or below 85 °C: peak temperature, seconds above 86 °C,
-cap changes per minute, and work done (sum of frequency x busy time, relative to no capping).
+Quality (simulated time, deterministic; bench/quality.py): a governor against the best fixed cap
+inside the governed range that keeps every sample at or below 85 °C and below the power limit.
+With --profile, one case as one JSON document; without, the sweep over profiles x scenarios x
+ambients x seeds (--profiles, --scenarios, --ambients, --seeds, --governors), every row as JSON,
+then a table of medians over seeds.
 """
 
 from __future__ import annotations
@@ -24,9 +28,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, contextmanager
-from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +43,10 @@ from mcpd.baseline import Baseline
 from mcpd.events import EventBus
 from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
 from mcpd.serving.worker import lower_priority
-from mcpd.sim import MEMORY_DIR, PROFILES, STATE_FILE, LoadSchedule, Simulator
-from sensors import SensorSet
+from mcpd.sim import MEMORY_DIR, PROFILES, STATE_FILE
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import quality  # bench/quality.py, beside this script
 
 PYTHON = sys.executable
 SIM_PID = "run/mcpd-sim/pid"
@@ -223,134 +228,23 @@ def idle_daemon(seconds: float, live: bool) -> dict[str, object]:
     }
 
 
-# -- control quality ---------------------------------------------------------------------------------
+# -- control quality (bench/quality.py) ------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def quality_run(
-    profile: str, load: str, minutes: float, hold_ms: int | None, fixed: float | None = None
-) -> dict[str, float]:
-    """Governed (hold_ms set) or with every cap fixed at `fixed` x its max and no governor.
-
-    Both are measured the same way: the governing temperature and power read through mcpd's own
-    sensors every 0.2 s of simulated time."""
-    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
-        sim = Simulator(PROFILES[profile], Path(folder) / "board", load=LoadSchedule.parse(load))
-        sim.build()
-        clock = FakeClock()
-        tick: Callable[[float], float]
-        changes: list[int] = []
-        if fixed is not None:
-            for domain in domains.discover(sim.root):
-                domain.change_cap(domain.max_mhz * fixed)
-            tick = lambda now: now + 0.2  # noqa: E731
-        else:
-            events = EventBus()
-            events.subscribe(
-                lambda e: changes.append(1) if e.kind == "governor" and e.data.get("caps") else None
-            )
-            settings = LoopSettings(raise_hold_s=(hold_ms or 0) / 1000)
-            loop = ControlLoop(
-                sim.root,
-                board.detect(sim.root),
-                settings,
-                events=events,
-                baseline=None,
-                clock=clock,
-            )
-            tick = loop.tick
-        meter = SensorSet.discover(sim.root)
-        temps: list[float] = []
-        powers: list[float] = []
-        wake, next_measure = 0.0, 0.0
-        while clock.now < minutes * 60:
-            sim.advance(wake - clock.now)
-            clock.now = wake
-            wake = tick(clock.now)
-            if clock.now >= next_measure:
-                temps.append(meter.sample_temperatures().celsius or 0.0)
-                powers.append(meter.sample_powers(clock.now).watts or 0.0)
-                next_measure += 0.2
-        work = sum(sim.work_mhz_s.values())
-    return {
-        "peak_c": round(max(temps), 2),
-        "seconds_above_86": round(sum(0.2 for t in temps if t > 86.0), 1),
-        "peak_w": round(max(powers), 2),
-        "cap_changes_per_min": round(len(changes) / minutes, 1),
-        "work": work,
-    }
-
-
-def within_envelope(result: dict[str, float]) -> bool:
-    return result["peak_c"] <= 85.0 and result["peak_w"] < 12.0
-
-
-def best_fixed(profile: str, load: str, minutes: float) -> tuple[float, dict[str, float]]:
-    """The highest uniform cap (fraction of each domain's max) that keeps the board inside the
-    envelope the governor enforces: at or below 85 °C, and below 12 W where power is measured."""
-    full = quality_run(profile, load, minutes, None, 1.0)
-    if within_envelope(full):
-        return 1.0, full
-    low, high = 0.2, 1.0
-    best = (low, quality_run(profile, load, minutes, None, low))
-    for _ in range(7):
-        middle = (low + high) / 2
-        result = quality_run(profile, load, minutes, None, middle)
-        if within_envelope(result):
-            low, best = middle, (middle, result)
-        else:
-            high = middle
-    return best
-
-
-SCENARIOS = (
-    ("jetson-orin-nano", "sustained"),
-    ("jetson-nano-jp4", "sustained"),
-    ("jetson-nano-jp4", "bursts:90/60"),
-    ("rk3588", "sustained"),
-    ("rk3588", "bursts:90/60"),
-)
-
-
-def quality(minutes: float) -> list[dict[str, object]]:
-    """Every scenario in its own process: simulated time is deterministic, so running them side by
-    side changes nothing but the wall-clock time."""
-    with ProcessPoolExecutor() as pool:
-        results = pool.map(quality_scenario, *zip(*SCENARIOS, strict=True), repeat(minutes))
-        return [row for rows in results for row in rows]
-
-
-def quality_scenario(profile: str, load: str, minutes: float) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
-    uncapped = quality_run(profile, load, minutes, None, 1.0)["work"]
-    fraction, fixed = best_fixed(profile, load, minutes)
-    rows.append(
-        {
-            "profile": profile,
-            "load": load,
-            "policy": f"best fixed cap ({fraction:.3f} x max)",
-            **fixed,
-            "work": round(fixed["work"] / uncapped, 3),
-        }
+def quality_sweep(args: argparse.Namespace) -> list[dict[str, object]]:
+    """Every case in its own process: simulated time is deterministic, so running them side by
+    side changes nothing but the wall-clock time. Rows are printed as JSON lines as they come."""
+    grid = quality.cases(
+        args.profiles, args.scenarios, args.ambients, range(args.seeds), args.sim_minutes
     )
-    for hold in (0, 1000, 2000, 5000, 10000):
-        result = quality_run(profile, load, minutes, hold)
-        rows.append(
-            {
-                "profile": profile,
-                "load": load,
-                "policy": f"governor, raise_hold_ms {hold}",
-                **result,
-                "work": round(result["work"] / uncapped, 3),
-            }
-        )
+    governors = tuple(args.governors)
+    rows: list[dict[str, object]] = []
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(quality.sweep_case, c, governors, args.fixed_cache) for c in grid]
+        for future in as_completed(futures):
+            for row in future.result():
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     return rows
 
 
@@ -359,11 +253,33 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="per timing scenario")
-    parser.add_argument(
-        "--sim-minutes", type=float, default=10.0, help="simulated minutes per quality run"
-    )
     parser.add_argument("--only", choices=["timing", "quality"])
+    one = parser.add_argument_group("quality, one case (prints one JSON document)")
+    one.add_argument("--profile", choices=sorted(PROFILES))
+    one.add_argument("--scenario", choices=quality.SCENARIOS, default="sustained")
+    one.add_argument("--governor", choices=quality.GOVERNORS, default="hysteresis")
+    one.add_argument("--ambient", type=float, default=25.0, help="°C")
+    one.add_argument("--sim-minutes", type=float, default=10.0)
+    one.add_argument("--seed", type=int, default=0)
+    one.add_argument("--cap-fraction", type=float, default=1.0, help="for --governor fixed")
+    one.add_argument("--raise-hold-ms", type=int, default=0, help="for --governor hysteresis")
+    one.add_argument("--json", action="store_true", help="(the only output format)")
+    grid = parser.add_argument_group("quality, the sweep (without --profile)")
+    grid.add_argument("--profiles", nargs="+", default=sorted(PROFILES))
+    grid.add_argument("--scenarios", nargs="+", default=list(quality.SCENARIOS))
+    grid.add_argument("--ambients", nargs="+", type=float, default=[25.0, 40.0])
+    grid.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    grid.add_argument("--governors", nargs="+", default=["hysteresis"])
+    grid.add_argument("--jobs", type=int, default=2, help="processes")
+    grid.add_argument(
+        "--fixed-cache", type=Path, help="folder keeping best fixed caps between sweeps"
+    )
     args = parser.parse_args()
+    if args.only == "quality" and args.profile:
+        case = quality.Case(args.profile, args.scenario, args.ambient, args.sim_minutes, args.seed)
+        fraction = args.cap_fraction
+        print(json.dumps(quality.measure(case, args.governor, fraction, args.raise_hold_ms)))
+        return
     report: dict[str, object] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
     if args.only in (None, "timing"):
         report["timing"] = [
@@ -374,18 +290,12 @@ def main() -> None:
         report["idle_daemon"] = [
             idle_daemon(args.seconds, live) for live in (True, False) for _ in range(3)
         ]
+    if "timing" in report:
+        print(json.dumps(report, indent=1))
     if args.only in (None, "quality"):
-        report["quality"] = quality(args.sim_minutes)
-    print(json.dumps(report, indent=1))
-    if "quality" in report:
-        print(
-            "\n| profile | load | policy | peak °C | s > 86 °C | cap changes/min | work vs uncapped |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        for row in report["quality"]:  # type: ignore[attr-defined]
-            print(
-                f"| {row['profile']} | {row['load']} | {row['policy']} | {row['peak_c']} | {row['seconds_above_86']} | {row['cap_changes_per_min']} | {row['work']} |"
-            )
+        print(f"quality sweep, {report['date']}, {report['cpus']} CPUs", flush=True)
+        rows = quality_sweep(args)
+        print("\n" + "\n".join(quality.median_table(rows)))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,20 @@
 """Pure policies: readings (and, where a policy needs one, `now`) in, a decision out."""
 
+from governors.adaptive import AdaptivePolicy, AdaptiveState
 from governors.hysteresis import Action, Decision, HysteresisGovernor, RaiseHold, Readings, Verdict
+from governors.levels import DomainSteps, Level, allowed_mhz, uniform_levels
 
-__all__ = ["Action", "Decision", "HysteresisGovernor", "RaiseHold", "Readings", "Verdict"]
+__all__ = [
+    "Action",
+    "AdaptivePolicy",
+    "AdaptiveState",
+    "Decision",
+    "DomainSteps",
+    "HysteresisGovernor",
+    "Level",
+    "RaiseHold",
+    "Readings",
+    "Verdict",
+    "allowed_mhz",
+    "uniform_levels",
+]

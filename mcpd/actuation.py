@@ -119,6 +119,19 @@ class Actuators:
                 changes.append(change)
         return changes
 
+    def set_targets(self, targets_mhz: Mapping[str, float]) -> list[CapChange]:
+        """Move the named domains to the given targets (a policy that picks caps itself)."""
+        changes: list[CapChange] = []
+        for name, control in self.controls.items():
+            target = targets_mhz.get(name)
+            if target is None or target == control.target:
+                continue
+            control.target = min(max(target, control.low), control.high)
+            change = self._write(control)
+            if change is not None:
+                changes.append(change)
+        return changes
+
     def _write(self, control: DomainControl) -> CapChange | None:
         domain = control.domain
         try:

@@ -179,10 +179,12 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from mcpd.sim import PROFILES, LoadSchedule, Simulator
+    from mcpd.sim import PROFILES, Ambient, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
 
     try:
+        if not -40.0 <= args.ambient <= 60.0:
+            raise ValueError(f"--ambient {args.ambient:g}: expected -40 to 60 °C")
         load = LoadSchedule.parse(args.load)
         faults = [parse_fault(spec) for spec in args.fault]
         simulator = Simulator(
@@ -192,6 +194,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             load=load,
             faults=faults,
             seed=args.seed,
+            ambient=Ambient(args.ambient),
         )
         simulator.build()
     except ValueError as exc:
@@ -269,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--profile", required=True, choices=sorted(PROFILES))
     sim.add_argument("--root", required=True, type=Path, help="folder to build the fake tree in")
     sim.add_argument(
-        "--load", default="sustained", help="idle, sustained or bursts[:ON/OFF] (default sustained)"
+        "--load",
+        default="sustained",
+        help="idle, sustained, bursts[:ON/OFF] or step:AT (default sustained)",
     )
     sim.add_argument(
         "--speed", type=float, default=1.0, help="simulated thermal time per wall second"
@@ -277,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]], repeatable"
     )
+    sim.add_argument("--ambient", type=float, default=25.0, help="air temperature, °C (default 25)")
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--step-ms", type=float, default=50.0)
     sim.set_defaults(func=cmd_sim, default_level="info")

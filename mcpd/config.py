@@ -124,6 +124,7 @@ class GovernorSection(Section):
     min_mhz: Mhz = 800.0
     max_mhz: Mhz = 3200.0
     raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] = 0
+    policy: Literal["hysteresis", "adaptive"] = "hysteresis"
     domains: dict[Name, DomainSection] = {}
     profile: ProfileName = "default"
     profiles: dict[ProfileName, GovernorProfile] = {}

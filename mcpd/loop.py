@@ -16,11 +16,22 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from governors import Action, HysteresisGovernor, RaiseHold, Readings, Verdict
-from mcpd import domains, status
+from governors import (
+    Action,
+    AdaptivePolicy,
+    DomainSteps,
+    HysteresisGovernor,
+    Level,
+    RaiseHold,
+    Readings,
+    Verdict,
+    allowed_mhz,
+    uniform_levels,
+)
+from mcpd import competitors, domains, status
 from mcpd.actuation import Actuators, CapChange
 from mcpd.baseline import Baseline
 from mcpd.board import Board
@@ -28,6 +39,7 @@ from mcpd.config import Config, DomainSection
 from mcpd.events import Event, EventBus
 from mcpd.notify import Notifier
 from mcpd.state import DomainStatus, LastAction, Snapshot
+from mcpd.thermal_forecast import headroom
 from sensors import PowerSample, SensorSet, TemperatureSample
 from sensors.hotplug import HotplugMonitor
 
@@ -48,6 +60,9 @@ class LoopSettings:
     power_s: float = 0.1
     stale_s: float = 1.0
     governor: HysteresisGovernor = field(default_factory=HysteresisGovernor)
+    policy: str = "hysteresis"
+    """"hysteresis" (the seed rule, `governor`) or "adaptive" (`adaptive`, same thresholds)."""
+    adaptive: AdaptivePolicy = field(default_factory=AdaptivePolicy)
     raise_hold_s: float = 0.0
     domain_overrides: Mapping[str, DomainSection] = field(default_factory=dict)
     models: Mapping[str, int] = field(default_factory=dict)
@@ -77,6 +92,8 @@ class LoopSettings:
                 g.min_mhz,
                 g.max_mhz,
             ),
+            policy=g.policy,
+            adaptive=AdaptivePolicy(g.temp_high_c, g.power_high_w, g.down_factor),
             raise_hold_s=g.raise_hold_ms / 1000,
             domain_overrides=dict(g.domains),
             models={model.name: model.max_batch for model in config.models},
@@ -209,11 +226,17 @@ class ControlLoop:
         self._ungoverned: str | None = None
         """What is missing for governing (no temperature sensor, no frequency domain), if any."""
         now = clock()
+        self._started = now
+        self._floor_warned: set[str] = set()
+        self._trips_checked = False
+        self._external_changes = 0
         self._next_temp = self._next_power = self._next_housekeeping = now
         self._next_ping = now
         self._last_scan = now
         self.sensors = self._discover_sensors()
         self.actuators = Actuators(events, baseline)
+        self._levels: tuple[Level, ...] = ()
+        self._adaptive = settings.adaptive.start(())
         self._sync_domains()
         self._check_governable()
         self.snapshot = self._build_snapshot()
@@ -301,8 +324,12 @@ class ControlLoop:
         metered = self.sensors.power_plan.metered
         temp = self._fresh(self._temp, now)
         power = self._fresh(self._power, now) if metered else None
+        # A meter that has not produced its first reading yet (RAPL needs two energy samples) is
+        # not a failed one: govern by temperature alone until it has had stale_s to produce one.
+        first_pending = self._power is None and now - self._started <= self.settings.stale_s
+        metered = metered and not first_pending
         self._note_unknown("temperature", temp is None and self._temp is not None)
-        self._note_unknown("power", metered and power is None and self._power is not None)
+        self._note_unknown("power", metered and power is None)
         return Readings(temp, power, metered)
 
     def _note_unknown(self, signal: str, unknown: bool) -> None:
@@ -331,10 +358,14 @@ class ControlLoop:
         if self.paused:
             self._state = "paused"
         else:
-            verdict, self._hold = self._hold.apply(verdict, now)
-            changes = self.actuators.apply(governor, verdict)
+            if self.settings.policy == "adaptive":
+                verdict, changes = self._adapt(readings, now)
+            else:
+                verdict, self._hold = self._hold.apply(verdict, now)
+                changes = self.actuators.apply(governor, verdict)
             if changes:
                 written = self.clock()
+            self._check_power_floor(readings)
             for change in changes:
                 self._caps[change.domain] = change.new_mhz
             batch = self._step_batches(verdict)
@@ -347,6 +378,33 @@ class ControlLoop:
                 self._state = "ungoverned"
         self.snapshot = self._build_snapshot()
         return written
+
+    def _adapt(self, readings: Readings, now: float) -> tuple[Verdict, list[CapChange]]:
+        policy = self.settings.adaptive
+        if self._temp is not None and readings.temp_c is not None:
+            self._adaptive = policy.observe(self._adaptive, *self._temp)
+        before = self._adaptive.level
+        verdict, self._adaptive = policy.decide(self._adaptive, readings, now, self._levels)
+        if self._adaptive.level == before or not self._levels:
+            return verdict, []
+        return verdict, self.actuators.set_targets(
+            dict(self._levels[self._adaptive.level].caps_mhz)
+        )
+
+    def _check_power_floor(self, readings: Readings) -> None:
+        """Say once per signal when a limit cannot be met inside the clamp."""
+        g = self.settings.governor
+        controls = self.actuators.controls.values()
+        for signal, value, limit, unit in (
+            ("power", readings.power_w, g.power_high_w, "W"),
+            ("temperature", readings.temp_c, g.temp_high_c, "°C"),
+        ):
+            if signal in self._floor_warned or value is None:
+                continue
+            if competitors.warn_if_floor_over_limit(
+                controls, signal, value, limit, unit, self.events
+            ):
+                self._floor_warned.add(signal)
 
     def _step_batches(self, verdict: Verdict) -> dict[str, tuple[int, int]]:
         changed: dict[str, tuple[int, int]] = {}
@@ -399,17 +457,36 @@ class ControlLoop:
         found = domains.discover(self.root)
         changes = self.actuators.sync(found, g.min_mhz, g.max_mhz, self.settings.domain_overrides)
         for change in changes:
+            self._caps[change.domain] = change.new_mhz
             log.info(
                 "%s: cap %s -> %.0f MHz (into the configured range)",
                 change.domain,
                 change.old_mhz,
                 change.new_mhz,
             )
+        self._update_levels()
         self._read_clocks()
+
+    def _update_levels(self) -> None:
+        """The adaptive policy's levels from the domains' tables and ranges; when they change,
+        it continues from the highest level not above the one it was at."""
+        steps = [
+            DomainSteps(name, c.domain.max_mhz, allowed_mhz(c.domain.available_mhz, c.low, c.high))
+            for name, c in self.actuators.controls.items()
+        ]
+        levels = uniform_levels(steps)
+        if levels == self._levels:
+            return
+        fraction = self._levels[self._adaptive.level].fraction if self._levels else 1.0
+        level = max((i for i, lv in enumerate(levels) if lv.fraction <= fraction), default=0)
+        self._levels = levels
+        self._adaptive = replace(self._adaptive, level=level)
 
     def _read_clocks(self) -> None:
         controls = self.actuators.controls
+        expected = self._caps
         self._caps = {name: c.domain.read_cap_mhz() for name, c in controls.items()}
+        self._notice_external_caps(expected)
         self._curs = {name: c.domain.read_cur_mhz() for name, c in controls.items()}
 
     def _maybe_rediscover(self, now: float) -> None:
@@ -472,6 +549,10 @@ class ControlLoop:
             self.sensors = self._discover_sensors()
         self._sync_domains()
         self._hold = RaiseHold(settings.raise_hold_s)
+        if settings.policy != old.policy or settings.adaptive != old.adaptive:
+            self._adaptive = replace(
+                settings.adaptive.start(self._levels), level=self._adaptive.level
+            )
         self._batch = {
             name: min(self._batch.get(name, top), top) for name, top in settings.models.items()
         }
@@ -480,11 +561,27 @@ class ControlLoop:
         self._check_governable()
         log.info("control loop settings reloaded")
 
+    # -- competing controllers -------------------------------------------------------------------
+
+    def _check_kernel_trips(self) -> None:
+        competitors.warn_about_kernel_trips(
+            self.root, self.settings.governor.temp_high_c, self.events
+        )
+
+    def _notice_external_caps(self, expected: Mapping[str, float | None]) -> None:
+        controls = self.actuators.controls
+        self._external_changes += competitors.follow_external_caps(
+            controls, expected, self._caps, self.events
+        )
+
     # -- status ----------------------------------------------------------------------------------
 
     def _housekeeping(self) -> None:
         if self.baseline is not None:
             self.baseline.keep()  # a copy lost with a full disk or a removed folder is saved again
+        if not self._trips_checked:
+            self._trips_checked = True
+            self._check_kernel_trips()
         self._read_clocks()
         self.snapshot = self._build_snapshot()
         self.notifier.status(status.line(self.snapshot))
@@ -519,4 +616,7 @@ class ControlLoop:
             profile=self.settings.profile,
             last_action=self._last_action,
             batch=dict(self._batch),
+            headroom=headroom(self._temp_sample.celsius, self.settings.governor.temp_high_c),
+            external_cap_changes=self._external_changes,
+            policy=self.settings.policy,
         )

@@ -74,9 +74,12 @@ def document(
             }
             for d in snapshot.domains
         },
+        "thermal": {"headroom": _round(snapshot.headroom, 3)},
         "governor": {
             "state": snapshot.state,
+            "policy": snapshot.policy,
             "profile": snapshot.profile,
+            "external_cap_changes": snapshot.external_cap_changes,
             "last_action": None
             if last is None
             else {"action": last.action, "reason": last.reason, "ts": round(last.ts, 3)},

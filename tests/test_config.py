@@ -95,6 +95,14 @@ def test_wrong_type_names_key_and_value(tmp_path: Path) -> None:
     assert problem == "governor.temp_high_c: expected a valid number, got 'hot'"
 
 
+def test_governor_policy_is_one_of_two(tmp_path: Path) -> None:
+    assert config.load(write(tmp_path, '[governor]\npolicy = "adaptive"\n')).governor.policy == (
+        "adaptive"
+    )
+    (problem,) = problems(tmp_path, '[governor]\npolicy = "pid"\n')
+    assert problem == "governor.policy: expected 'hysteresis' or 'adaptive', got 'pid'"
+
+
 def test_integer_where_float_expected_is_fine_but_not_the_reverse(tmp_path: Path) -> None:
     assert (
         config.load(write(tmp_path, "[governor]\ntemp_high_c = 90\n")).governor.temp_high_c == 90.0

@@ -288,6 +288,51 @@ def test_silent_power_meter_is_fail_safe(fake: FakeSysfs) -> None:
     assert cap(fake, POLICY4) == 816000
 
 
+def test_rapl_without_a_first_reading_is_not_a_failed_meter(tmp_path: Path) -> None:
+    """RAPL gives no power until its second energy sample: the first decisions go by temperature
+    alone, with no fail-safe cut at start."""
+    sim = Simulator(PROFILES["x86-intel"], tmp_path / "board", load=LoadSchedule("idle"))
+    sim.build()
+    loop, clock, events = make_loop(sim.root)
+    assert loop.sensors.power_plan.metered
+    run_for(loop, clock, 2.0, sim)
+    assert not [e for e in events if e.kind == "governor" and e.data["action"] == "lower"]
+    assert not [e for e in events if e.kind == "fault"]
+
+
+def test_meter_that_never_reads_is_fail_safe_after_stale_ms(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 60.0, 5.0)
+    fake.file(INA_CURR, "garbage\n")
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 0.9)
+    assert cap(fake, POLICY4) == 2400000 and loop.snapshot.state == "raising"
+    run_for(loop, clock, 0.5)
+    assert loop.snapshot.state == "fail-safe" and cap(fake, POLICY4) < 2400000
+    assert any(e.kind == "fault" and "power unknown" in e.message for e in events)
+
+
+def test_power_limit_below_the_floor_draw_is_reported_once(tmp_path: Path) -> None:
+    sim = Simulator(PROFILES["jetson-agx-orin"], tmp_path / "board")
+    sim.build()
+    loop, clock, events = make_loop(sim.root)
+    run_for(loop, clock, 10.0, sim)
+    floor = [e for e in events if "cannot be met" in e.message]
+    assert len(floor) == 1 and floor[0].data == {
+        "signal": "power",
+        "value": pytest.approx(17, abs=2),
+        "limit": 12.0,
+    }
+    assert all(c.target == c.low for c in loop.actuators.controls.values())
+
+
+def test_temperature_over_the_limit_at_the_floor_is_reported_once(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 5.0)
+    (event,) = [e for e in events if "cannot be met" in e.message]
+    assert event.data == {"signal": "temperature", "value": 90.0, "limit": 85.0}
+
+
 def test_vanished_sensor_and_renumbered_hwmon_are_rediscovered(fake: FakeSysfs) -> None:
     board_with_meter(fake, 60.0, 5.0)
     loop, clock, events = make_loop(fake.root)
@@ -379,6 +424,85 @@ def test_closed_loop_throttles_at_85_and_recovers_below_75(tmp_path: Path) -> No
     assert trace[-1][1] == 2400000 and trace[-1][0] <= 75.0  # back to full clocks once cool
     actions = [e.data["action"] for e in events if e.kind == "governor"]
     assert "lower" in actions and "raise" in actions
+
+
+def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
+    tmp_path: Path,
+) -> None:
+    """Sustained load on an RK3588: where the seed rule cycles in its band, the adaptive policy
+    comes down a level at a time ahead of 85 °C and then holds, with its batch sizes following."""
+    sim = Simulator(PROFILES["rk3588"], tmp_path / "board", load=LoadSchedule("sustained"))
+    sim.build()
+    loop, clock, events = make_loop(sim.root, LoopSettings(policy="adaptive", models={"m": 8}))
+    temps = []
+    for _ in range(240):
+        run_for(loop, clock, 1.0, sim)
+        temps.append(loop.snapshot.temperature_c or 0.0)
+    assert max(temps) < 85.5 and min(temps[-60:]) > 80.0
+    changes = [e for e in events if e.kind == "governor" and e.data["caps"]]
+    late = [e for e in changes if e.data["action"] == "lower"]
+    assert late and len(changes) <= 20
+    caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
+    assert tuple(caps.items()) in {level.caps_mhz for level in loop._levels}
+    assert loop.snapshot.batch["m"] < 8
+
+
+def test_reload_switches_policy_from_the_level_in_force(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 1.0)
+    loop.request_reload(LoopSettings(policy="adaptive"))
+    set_temp(fake, 85.0)
+    run_for(loop, clock, 0.2)
+    # One level down (0.92 x max: 2208 MHz and the NPU's 900), not the seed rule's x 0.7.
+    assert cap(fake, POLICY4) == 2208000 and cap(fake, NPU) == 900000000
+
+
+def test_a_passive_trip_at_mcpds_threshold_is_reported_once(fake: FakeSysfs) -> None:
+    """RK3588 mainline: passive at 85 °C on the CPU zones, the seed rule's own threshold."""
+    board_with_meter(fake, 60.0, 5.0)
+    zone = "sys/devices/virtual/thermal/thermal_zone0"
+    for index, (millidegrees, kind) in enumerate(((85000, "passive"), (115000, "critical"))):
+        fake.file(f"{zone}/trip_point_{index}_temp", f"{millidegrees}\n")
+        fake.file(f"{zone}/trip_point_{index}_type", f"{kind}\n")
+    fake.zone(1, "gpu-thermal", 60000)
+    fake.file("sys/devices/virtual/thermal/thermal_zone1/trip_point_0_temp", "-32768000\n")
+    fake.file("sys/devices/virtual/thermal/thermal_zone1/trip_point_0_type", "passive\n")
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 3.0)
+    (event,) = [e for e in events if e.kind == "competitor"]
+    assert "soc-thermal 85 °C" in event.message
+    assert event.data["trips"] == [{"zone": "soc-thermal", "celsius": 85.0}]
+    quiet, clock, events = make_loop(
+        fake.root, LoopSettings(governor=HysteresisGovernor(temp_high_c=80.0))
+    )
+    run_for(quiet, clock, 2.0)
+    assert not [e for e in events if e.kind == "competitor"]
+
+
+def test_a_cap_changed_by_someone_else_is_reported_and_followed(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 80.0, 5.0)  # in the band: the governor holds
+    loop, clock, events = make_loop(fake.root)
+    run_for(loop, clock, 1.5)
+    fake.file(POLICY4, "1608000\n")  # thermald, nvpmodel or a person
+    run_for(loop, clock, 2.0)
+    (event,) = [e for e in events if e.kind == "competitor"]
+    assert event.data == {"domain": "policy4", "expected_mhz": 2400.0, "found_mhz": 1608.0}
+    assert cap(fake, POLICY4) == 1608000  # not written back
+    assert loop.actuators.controls["policy4"].target == 1608.0
+    assert loop.snapshot.external_cap_changes == 1
+    set_temp(fake, 70.0)  # governing goes on from there
+    run_for(loop, clock, 0.2)
+    assert 1608000 < cap(fake, POLICY4) < 2400000  # x 1.15 per decision from 1608, not 2400
+    run_for(loop, clock, 2.0)
+    assert len([e for e in events if e.kind == "competitor"]) == 1  # its own writes are not news
+
+
+def test_headroom_in_the_snapshot(fake: FakeSysfs) -> None:
+    board_with_meter(fake, 70.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 0.5)
+    assert loop.snapshot.headroom == pytest.approx(0.5)  # 15 of the 30 °C window left
 
 
 def test_a_receiver_that_stops_reading_never_blocks_the_loop(

@@ -39,7 +39,9 @@ def test_telemetry_is_the_status_document_plus_seq_rate_and_spool() -> None:
     assert isinstance(message["ts"], float)
     domain = message["domains"]["policy0"]
     assert {"cap_mhz", "cur_mhz"} <= set(domain)
-    assert set(message["governor"]) == {"state", "profile", "last_action"}
+    assert set(message["governor"]) == {
+        "state", "policy", "profile", "external_cap_changes", "last_action"
+    }  # fmt: skip
     assert set(message["inference"]["demo"]) >= {
         "requests", "errors", "p50_ms", "p99_ms", "queue_depth"
     }  # fmt: skip

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from mcpd import domains
-from mcpd.sim import PROFILES, STATE_FILE, Fault, LoadSchedule, Simulator, plant
+from mcpd.sim import PROFILES, STATE_FILE, Ambient, Fault, LoadSchedule, Simulator, plant
 from mcpd.sim.faults import parse as parse_fault
+from mcpd.sim.runner import ConversionWindow
 from sensors import SensorSet
 
 
@@ -182,9 +183,87 @@ def test_load_schedules() -> None:
         and bursts.utils(31.0)["cpu"] == 1.0
     )
     assert LoadSchedule.parse("idle").utils(0)["gpu"] == 0.0
-    for bad in ("busy", "bursts:0/1", "bursts:a/b", "idle:3"):
-        with pytest.raises(ValueError, match="expected idle, sustained or bursts"):
+    step = LoadSchedule.parse("step:300")
+    assert step.utils(299.9)["gpu"] == 0.5 and step.utils(300.0)["gpu"] == 1.0
+    for bad in ("busy", "bursts:0/1", "bursts:a/b", "idle:3", "step", "step:-1", "step:x"):
+        with pytest.raises(ValueError, match=r"expected idle, sustained, bursts.* or step:AT"):
             LoadSchedule.parse(bad)
+
+
+def test_die_reacts_in_seconds_heatsink_over_a_minute() -> None:
+    """Two thermal masses: a power step moves the die by its share of the rise within seconds,
+    the rest follows with the heatsink's time constant."""
+    thermal = PROFILES["rk3588"].thermal
+    domains = Simulator(PROFILES["rk3588"], "/nonexistent").domains
+    state = plant.initial_state(domains, thermal)
+    busy, caps = tuple(1.0 for _ in domains), tuple(d.max_khz for d in domains)
+    for _ in range(100):  # 10 s
+        state = plant.step(state, domains, thermal, busy, caps, 0.1)
+    die_rise, sink_rise = state.die_c - state.sink_c, state.sink_c - thermal.ambient_c
+    full_rise = thermal.r_th * state.soc_w
+    # The die trails the still-rising heatsink by about die_tau_s x its rate (~1 K/s here).
+    assert 0.7 < die_rise / (thermal.die_share * full_rise) < 1.0
+    assert sink_rise < 0.4 * (1 - thermal.die_share) * full_rise
+
+
+def test_ambient_moves_every_temperature(tmp_path: Path) -> None:
+    warm = simulate(tmp_path / "warm", "rk3588", ambient=Ambient(40.0))
+    stepped = simulate(tmp_path / "step", "rk3588", ambient=Ambient(25.0, 15.0, 60.0))
+    cool = simulate(tmp_path / "cool", "rk3588")
+    for _ in range(40):
+        for simulator in (warm, stepped, cool):
+            simulator.advance(1.0)
+    assert stepped.state.die_c == pytest.approx(cool.state.die_c, abs=0.01)
+    assert warm.state.die_c > cool.state.die_c + 14.0
+    for _ in range(600):
+        warm.advance(1.0)
+        stepped.advance(1.0)
+    assert stepped.state.die_c == pytest.approx(warm.state.die_c, abs=0.1)
+    sensors = SensorSet.discover(warm.root)
+    assert (sensors.sample_temperatures().celsius or 0.0) > 40.0 + 30.0
+
+
+def test_ina3221_window_holds_its_average_until_the_window_closes() -> None:
+    window = ConversionWindow(0.14)
+    assert window.add({"cpu": 1.0}, 0.10) == {"cpu": 1.0}  # nothing converted yet: as it was
+    assert window.add({"cpu": 3.0}, 0.02) == {"cpu": 1.0}  # the load rose; the window is open
+    assert window.add({"cpu": 3.0}, 0.02)["cpu"] == pytest.approx((0.1 + 3 * 0.04) / 0.14)
+    assert window.add({"cpu": 3.0}, 0.14) == {"cpu": pytest.approx(3.0)}
+
+
+def test_ina3221_reports_window_averages_in_whole_lsbs(tmp_path: Path) -> None:
+    simulator = simulate(tmp_path, "jetson-orin-nano", load="step:1.0")
+    sensors = SensorSet.discover(simulator.root)
+    (rail,) = [p for p in sensors.powers if p.name == "VDD_IN"]
+    now = 0.0
+    for _ in range(40):
+        simulator.advance(0.05)
+        now += 0.05
+    assert rail.read(now) == pytest.approx(simulator.state.input_w, rel=0.02)
+    currents = [
+        int((path.parent / path.name.replace("in", "curr", 1)).read_text())
+        for path in simulator.root.glob("sys/class/hwmon/*/in[123]_input")
+    ]
+    assert currents and all(milliamps % 8 == 0 for milliamps in currents)
+
+
+@pytest.mark.parametrize(
+    ("profile", "sensor", "step_mc"),
+    [("x86-intel", "coretemp", 1000), ("x86-amd", "k10temp", 125)],
+)
+def test_x86_temperatures_are_quantized_as_the_drivers_report(
+    tmp_path: Path, profile: str, sensor: str, step_mc: int
+) -> None:
+    simulator = simulate(tmp_path, profile)
+    values = []
+    for _ in range(20):
+        simulator.advance(0.5)
+        values += [
+            int(path.read_text())
+            for path in simulator.root.glob("sys/class/hwmon/*/temp*_input")
+            if (path.parent / "name").read_text().strip() == sensor
+        ]
+    assert len(set(values)) > 3 and all(value % step_mc == 0 for value in values)
 
 
 def test_speed_compresses_thermal_time_not_power(tmp_path: Path) -> None:
@@ -202,6 +281,9 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--fault", "vanish:nope"],
                          capture_output=True, text=True, timeout=30)  # fmt: skip
     assert bad.returncode == 2 and "no such sensor" in bad.stderr
+    hot = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--ambient", "99"],
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert hot.returncode == 2 and "--ambient 99: expected -40 to 60 °C" in hot.stderr
     process = subprocess.Popen(
         [
             sys.executable,
@@ -214,6 +296,8 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
             str(root),
             "--speed",
             "20",
+            "--ambient",
+            "40",
         ]
     )
     try:
@@ -226,6 +310,7 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
             subprocess.run(["sleep", "0.05"], check=True)
         state = json.loads(state_file.read_text())
         assert state["profile"] == "rk3588" and state["sim_s"] >= 40.0 and state["die_c"] > 60.0
+        assert state["ambient_c"] == 40.0
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0

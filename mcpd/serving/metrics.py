@@ -66,6 +66,18 @@ def render(status: Mapping[str, Any], models: Mapping[str, ModelStats]) -> str:
             help,
             [({"domain": n, "kind": d["kind"]}, d.get(key)) for n, d in domains.items()],
         )
+    out.family(
+        "thermal_headroom",
+        "gauge",
+        "1.0 at the throttle threshold, 0.0 thirty degrees below it.",
+        [({}, status.get("thermal", {}).get("headroom"))],
+    )
+    out.family(
+        "external_cap_changes_total",
+        "counter",
+        "Caps found changed by another program (mcpd followed them).",
+        [({}, status.get("governor", {}).get("external_cap_changes"))],
+    )
     state = status.get("governor", {}).get("state")
     out.family(
         "governor_state",

@@ -2,7 +2,16 @@
 
 from mcpd.sim.faults import Fault
 from mcpd.sim.profiles import PROFILES, Profile
-from mcpd.sim.runner import STATE_FILE, LoadSchedule, Simulator
+from mcpd.sim.runner import STATE_FILE, Ambient, LoadSchedule, Simulator
 from mcpd.sim.tree import MEMORY_DIR
 
-__all__ = ["MEMORY_DIR", "PROFILES", "STATE_FILE", "Fault", "LoadSchedule", "Profile", "Simulator"]
+__all__ = [
+    "MEMORY_DIR",
+    "PROFILES",
+    "STATE_FILE",
+    "Ambient",
+    "Fault",
+    "LoadSchedule",
+    "Profile",
+    "Simulator",
+]

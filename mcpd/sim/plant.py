@@ -6,8 +6,12 @@ Pure: state in, state out, no files and no clock. The model is deliberately smal
   P = P_max * util * (f / f_max) * (V(f) / V_max)^2, with V linear in f from `v_min_ratio * V_max`
   at f_min to V_max at f_max (CMOS dynamic power is proportional to f V^2).
 - Static SoC power grows with temperature (leakage): P_static * (1 + leakage_per_c * (T - 25)).
-- The die is one first-order thermal mass: T relaxes towards T_amb + R_th * P_soc with time
-  constant tau; solved exactly per step, so any step length is stable.
+- Two thermal masses in series: the die over the heatsink. The heatsink relaxes towards
+  T_amb + (1 - die_share) * R_th * P_soc with time constant tau_s; the die towards
+  T_sink + die_share * R_th * P_soc with the much shorter die_tau_s. A step in power moves the die
+  by a few kelvin within seconds and the rest over a minute, as a real package does; this is what
+  lets a governor borrow the die's and heatsink's heat capacity for short bursts. Each mass is
+  solved exactly per step (the die against the sink at the step's start), so any step is stable.
 - The rest of the board (DRAM, I/O, regulators) adds `board_w` to input power but not to the die.
 """
 
@@ -37,17 +41,22 @@ class Thermal:
     r_th: float
     """Junction-to-ambient thermal resistance, K/W."""
     tau_s: float
-    """Thermal time constant, seconds of simulated time."""
+    """Heatsink time constant, seconds of simulated time."""
     static_w: float
     """SoC static power at 25 °C."""
     leakage_per_c: float
     board_w: float
     """Board power outside the SoC (counted in input power, not heating the die)."""
+    die_share: float = 0.25
+    """Fraction of R_th between the die and the heatsink (junction-to-case)."""
+    die_tau_s: float = 3.0
+    """Die time constant, seconds of simulated time."""
 
 
 @dataclass(frozen=True)
 class PlantState:
     die_c: float
+    sink_c: float
     freqs_khz: tuple[int, ...]
     """Current frequency of each domain, in the order of the board's domains."""
     domain_w: tuple[float, ...]
@@ -100,13 +109,21 @@ def step(
     domain_w = tuple(dynamic_power(d, u, f) for d, u, f in zip(domains, utils, freqs, strict=True))
     static_w = thermal.static_w * max(0.0, 1.0 + thermal.leakage_per_c * (state.die_c - 25.0))
     soc_w = sum(domain_w) + static_w
-    target_c = thermal.ambient_c + thermal.r_th * soc_w
-    die_c = target_c + (state.die_c - target_c) * math.exp(-dt_s / thermal.tau_s)
-    return PlantState(die_c, freqs, domain_w, static_w, thermal.board_w)
+    sink_target = thermal.ambient_c + (1.0 - thermal.die_share) * thermal.r_th * soc_w
+    sink_c = _relax(state.sink_c, sink_target, dt_s, thermal.tau_s)
+    die_target = state.sink_c + thermal.die_share * thermal.r_th * soc_w
+    die_c = _relax(state.die_c, die_target, dt_s, thermal.die_tau_s)
+    return PlantState(die_c, sink_c, freqs, domain_w, static_w, thermal.board_w)
+
+
+def _relax(value: float, target: float, dt_s: float, tau_s: float) -> float:
+    return target + (value - target) * math.exp(-dt_s / tau_s)
 
 
 def initial_state(domains: tuple[DomainModel, ...], thermal: Thermal) -> PlantState:
     """The board at rest: idle clocks, die at the idle steady state."""
     freqs = tuple(d.table_khz[0] if d.table_khz else d.min_khz for d in domains)
-    idle = thermal.ambient_c + thermal.r_th * thermal.static_w
-    return PlantState(idle, freqs, tuple(0.0 for _ in domains), thermal.static_w, thermal.board_w)
+    sink = thermal.ambient_c + (1.0 - thermal.die_share) * thermal.r_th * thermal.static_w
+    die = sink + thermal.die_share * thermal.r_th * thermal.static_w
+    idle_w = tuple(0.0 for _ in domains)
+    return PlantState(die, sink, freqs, idle_w, thermal.static_w, thermal.board_w)

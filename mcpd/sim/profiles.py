@@ -63,6 +63,8 @@ class Zone:
     "gated-gpu": -256000 while the GPU is idle and power-gated (Jetson BPMP zones)."""
     trips: tuple[tuple[int, str], ...] = ()
     hwmon_mirror: bool = False
+    resolution_mc: int = 1
+    """The sensor's step in m°C (docs/sensor-timing.md)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class HwmonChip:
     channels: tuple[HwmonChannel, ...]
     crit_c: int | None = None
     max_c: int | None = None
+    resolution_mc: int = 1
 
 
 @dataclass(frozen=True)
@@ -347,7 +350,8 @@ X86_INTEL = Profile(
     name="x86-intel",
     cpuinfo=_x86_cpuinfo("GenuineIntel", "Intel(R) N100", 4),
     dmi={"sys_vendor": "AZW", "product_name": "MINI S", "board_vendor": "AZW", "board_name": "MINI S"},
-    zones=(Zone("acpitz", 0.55, 3.0, hwmon_mirror=True), Zone("x86_pkg_temp", 1.0, 0.0)),
+    zones=(Zone("acpitz", 0.55, 3.0, hwmon_mirror=True, resolution_mc=100),
+           Zone("x86_pkg_temp", 1.0, 0.0, resolution_mc=1000)),
     hwmon_chips=(
         HwmonChip(
             "coretemp",
@@ -361,6 +365,7 @@ X86_INTEL = Profile(
             ),
             crit_c=105,
             max_c=105,
+            resolution_mc=1000,
         ),
         HwmonChip("nvme", "sys/devices/pci0000:00/0000:00:1d.0/0000:01:00.0/nvme/nvme0",
                   (HwmonChannel(1, "Composite", 0.35, 4.0),), crit_c=84, max_c=81),
@@ -383,11 +388,11 @@ X86_AMD = Profile(
     cpuinfo=_x86_cpuinfo("AuthenticAMD", "AMD Ryzen Embedded V2516 with Radeon Graphics", 8),
     dmi={"sys_vendor": "Advantech", "product_name": "AIMB-229", "board_vendor": "Advantech",
          "board_name": "AIMB-229"},
-    zones=(Zone("acpitz", 0.6, 2.0, hwmon_mirror=True),),
+    zones=(Zone("acpitz", 0.6, 2.0, hwmon_mirror=True, resolution_mc=100),),
     hwmon_chips=(
         # Only Tctl (no Tdie) on this part, so Tctl governs; Tccd1 is reported.
         HwmonChip("k10temp", "sys/devices/pci0000:00/0000:00:18.3",
-                  (HwmonChannel(1, "Tctl", 1.0), HwmonChannel(3, "Tccd1", 0.96))),
+                  (HwmonChannel(1, "Tctl", 1.0), HwmonChannel(3, "Tccd1", 0.96)), resolution_mc=125),
     ),
     rapl=(RaplZone("0", "package-0", ("cpu", "static")), RaplZone("0:0", "core", ("cpu",))),
     rapl_max_energy_uj=65_532_610_987,

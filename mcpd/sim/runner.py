@@ -8,8 +8,10 @@ so a reader computing watts from RAPL deltas sees the plant's true power.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -20,7 +22,7 @@ from pathlib import Path
 from mcpd.sim import plant
 from mcpd.sim.faults import Fault
 from mcpd.sim.profiles import PART_NAMES, Profile
-from mcpd.sim.tree import BoardTree, Inputs
+from mcpd.sim.tree import INA3221_UPDATE_S, BoardTree, Inputs
 from sensors.sysfs import parse_int, read_text
 
 log = logging.getLogger("mcpd.sim")
@@ -29,6 +31,7 @@ STATE_FILE = "run/mcpd-sim/state.json"
 """Relative to the root: the plant's true state, for tests and benchmarks (not a sysfs file)."""
 
 _IDLE = {"cpu": 0.05, "gpu": 0.0, "npu": 0.0}
+_HALF = {"cpu": 0.5, "gpu": 0.5, "npu": 0.5}
 _BUSY = {"cpu": 1.0, "gpu": 1.0, "npu": 1.0}
 _GARBAGE = "\x00\x7f#err\n"
 COUNTER_TICK_S = 0.005
@@ -36,7 +39,8 @@ COUNTER_TICK_S = 0.005
 
 @dataclass(frozen=True)
 class LoadSchedule:
-    """idle, sustained (everything busy), or bursts[:ON/OFF] seconds of simulated time."""
+    """idle, sustained (everything busy), bursts[:ON/OFF] seconds of simulated time, or step:AT
+    (everything half busy, then fully busy from AT seconds on)."""
 
     kind: str
     on_s: float = 30.0
@@ -47,6 +51,8 @@ class LoadSchedule:
             return _BUSY
         if self.kind == "bursts" and sim_s % (self.on_s + self.off_s) < self.on_s:
             return _BUSY
+        if self.kind == "step":
+            return _BUSY if sim_s >= self.on_s else _HALF
         return _IDLE
 
     @classmethod
@@ -54,6 +60,13 @@ class LoadSchedule:
         kind, _, periods = spec.partition(":")
         if kind in ("idle", "sustained") and not periods:
             return cls(kind)
+        if kind == "step":
+            try:
+                at = float(periods)
+            except ValueError:
+                at = -1.0
+            if at >= 0:
+                return cls(kind, at)
         if kind == "bursts":
             if not periods:
                 return cls(kind)
@@ -64,7 +77,42 @@ class LoadSchedule:
                 schedule = None
             if schedule and schedule.on_s > 0 and schedule.off_s > 0:
                 return schedule
-        raise ValueError(f"load {spec!r}: expected idle, sustained or bursts[:ON/OFF]")
+        raise ValueError(f"load {spec!r}: expected idle, sustained, bursts[:ON/OFF] or step:AT")
+
+
+@dataclass(frozen=True)
+class Ambient:
+    """The air around the board: `base_c`, rising by `step_c` at `step_at_s` of simulated time."""
+
+    base_c: float
+    step_c: float = 0.0
+    step_at_s: float = math.inf
+
+    def at(self, sim_s: float) -> float:
+        return self.base_c + (self.step_c if sim_s >= self.step_at_s else 0.0)
+
+
+class ConversionWindow:
+    """What an INA3221 reports: the average of its conversions over one update interval, replaced
+    at the end of each interval (docs/sensor-timing.md), not the instantaneous power."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.published: dict[str, float] | None = None
+        self._joules: dict[str, float] = {}
+        self._seconds = 0.0
+
+    def add(self, part_w: dict[str, float], dt_s: float) -> dict[str, float]:
+        """Accumulate dt_s at part_w; return the values the registers hold now."""
+        for part, watts in part_w.items():
+            self._joules[part] = self._joules.get(part, 0.0) + watts * dt_s
+        self._seconds += dt_s
+        if self.published is None:
+            self.published = dict(part_w)
+        if self._seconds >= self.interval_s:
+            self.published = {part: j / self._seconds for part, j in self._joules.items()}
+            self._joules, self._seconds = {}, 0.0
+        return self.published
 
 
 class Simulator:
@@ -77,6 +125,7 @@ class Simulator:
         load: LoadSchedule = LoadSchedule("sustained"),
         faults: Iterable[Fault] = (),
         seed: int = 0,
+        ambient: Ambient | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -85,6 +134,7 @@ class Simulator:
         self.speed = speed
         self.load = load
         self.faults = tuple(faults)
+        self.ambient = ambient or Ambient(profile.thermal.ambient_c)
         self.tree = BoardTree(profile, self.root)
         self.domains = tuple(
             plant.DomainModel(f"policy{p.number}", "cpu", p.min_khz, p.max_khz, p.table_khz, p.power_max_w)
@@ -94,14 +144,17 @@ class Simulator:
                               tuple(f // 1000 for f in d.table_hz), d.power_max_w)
             for d in profile.devfreqs
         )  # fmt: skip
-        self.state = plant.initial_state(self.domains, profile.thermal)
+        self.sim_s = 0.0
+        self.state = plant.initial_state(self.domains, self._thermal())
         self.caps_khz = tuple(d.max_khz for d in self.domains)
         # Start RAPL counters 20 J below their wrap so every run exercises the wraparound early.
         start = profile.rapl_max_energy_uj - 20_000_000
         self.energy_uj = {zone.zone_id: start for zone in profile.rapl}
         self.elapsed_s = 0.0
-        self.sim_s = 0.0
         self.work_mhz_s = {d.name: 0.0 for d in self.domains}
+        self.energy_j = 0.0
+        """Board input energy over simulated time: what the joules-per-work figures divide."""
+        self.meter = ConversionWindow(INA3221_UPDATE_S)
         self.utils = _IDLE
         self._rng = random.Random(seed)
         self._renumbered: set[Fault] = set()
@@ -145,7 +198,8 @@ class Simulator:
         self.utils = self.load.utils(self.sim_s)
         utils = tuple(self.utils.get(d.load, 0.0) for d in self.domains)
         self.caps_khz = self._read_caps()
-        thermal = self.profile.thermal
+        self.energy_j += self.state.input_w * sim_dt
+        thermal = self._thermal()
         self.state = plant.step(self.state, self.domains, thermal, utils, self.caps_khz, sim_dt)
         part_w = dict.fromkeys(PART_NAMES, 0.0)
         for domain, watts in zip(self.domains, self.state.domain_w, strict=True):
@@ -157,7 +211,9 @@ class Simulator:
             self.work_mhz_s[domain.name] += freqs[domain.name] / 1000 * util * sim_dt
         self._inputs = Inputs(
             die_c=self.state.die_c,
+            ambient_c=thermal.ambient_c,
             part_w=part_w,
+            meter_w=self.meter.add(part_w, wall_dt),
             utils=dict(self.utils),
             freqs_khz=freqs,
             energy_uj=self.energy_uj,
@@ -166,6 +222,9 @@ class Simulator:
         self._write(kinds=None)
         if self.elapsed_s - self._state_written >= 1.0 or wall_dt == 0.0:
             self._write_state()
+
+    def _thermal(self) -> plant.Thermal:
+        return dataclasses.replace(self.profile.thermal, ambient_c=self.ambient.at(self.sim_s))
 
     def _accumulate_energy(self, wall_dt: float) -> None:
         if self._inputs is None:
@@ -219,6 +278,8 @@ class Simulator:
             "elapsed_s": round(self.elapsed_s, 3),
             "sim_s": round(self.sim_s, 3),
             "die_c": round(self.state.die_c, 3),
+            "sink_c": round(self.state.sink_c, 3),
+            "ambient_c": self.ambient.at(self.sim_s),
             "soc_w": round(self.state.soc_w, 3),
             "input_w": round(self.state.input_w, 3),
             "utils": dict(self.utils),

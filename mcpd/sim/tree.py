@@ -18,6 +18,11 @@ from mcpd.sim.profiles import CpuPolicy, Devfreq, HwmonChip, Profile, Rail, Zone
 
 _ZONE_POLICIES = "power_allocator user_space step_wise\n"
 
+INA3221_UPDATE_S = 0.14
+"""The INA3221 `update_interval` the simulated boards report (ms in the file)."""
+INA3221_CURRENT_LSB_MA = 8
+"""Shunt-voltage LSB 40 µV across the 5 mΩ shunt (docs/sensor-timing.md)."""
+
 MEMORY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
 """Where a simulated board goes unless told otherwise: sysfs lives in memory, and on a disk file
 system the simulator's renames and the daemon's cap writes go through the journal, milliseconds
@@ -42,7 +47,10 @@ class Inputs:
     """What a step knows when it renders values."""
 
     die_c: float
+    ambient_c: float
     part_w: dict[str, float]
+    meter_w: dict[str, float]
+    """What the INA3221 registers hold: part_w averaged over the last conversion window."""
     utils: dict[str, float]
     freqs_khz: dict[str, int]
     energy_uj: dict[str, int]
@@ -63,12 +71,21 @@ class BoardTree:
     # -- primitives ------------------------------------------------------------------------------
 
     def write(self, rel: str, content: str | bytes) -> None:
-        path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Plain strings, and a folder made only when missing: this runs for every changed value
+        # on every step, and pathlib plus mkdir were most of a simulated minute's cost.
+        path = f"{self.root}/{rel}"
+        folder, _, name = path.rpartition("/")
         data = content.encode() if isinstance(content, str) else content
-        temporary = path.with_name(f".{path.name}.sim")
-        with open(temporary, "wb") as file:
-            file.write(data)
+        temporary = f"{folder}/.{name}.sim"
+        try:
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except FileNotFoundError:
+            os.makedirs(folder, exist_ok=True)
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(descriptor, data)
+        finally:
+            os.close(descriptor)
         os.replace(temporary, path)
 
     def link(self, rel: str, target_rel: str) -> None:
@@ -153,7 +170,7 @@ class BoardTree:
             self.write(f"{rel}/trip_point_{trip}_type", f"{kind}\n")
             self.write(f"{rel}/trip_point_{trip}_hyst", "2000\n")
         self.link(f"sys/class/thermal/thermal_zone{number}", rel)
-        render = _zone_render(zone, self.profile.thermal.ambient_c)
+        render = _zone_render(zone)
         self.dynamic(zone.type, f"{rel}/temp", "temperature", render)
         if zone.hwmon_mirror:
             name = zone.type.replace("-", "_")
@@ -164,7 +181,6 @@ class BoardTree:
 
     def _hwmon_chip(self, chip: HwmonChip) -> None:
         rel = self.new_hwmon(chip.device_dir, chip.name)
-        ambient = self.profile.thermal.ambient_c
         for channel in chip.channels:
             prefix = f"{rel}/temp{channel.index}"
             if channel.label is not None:
@@ -174,9 +190,14 @@ class BoardTree:
             if chip.crit_c is not None:
                 self.write(f"{prefix}_crit", f"{chip.crit_c * 1000}\n")
                 self.write(f"{prefix}_crit_alarm", "0\n")
-            zone = Zone(channel.label or chip.name, channel.scale, channel.offset_c)
+            zone = Zone(
+                channel.label or chip.name,
+                channel.scale,
+                channel.offset_c,
+                resolution_mc=chip.resolution_mc,
+            )
             sensor = f"{chip.name}/{channel.label or f'temp{channel.index}'}"
-            self.dynamic(sensor, f"{prefix}_input", "temperature", _zone_render(zone, ambient))
+            self.dynamic(sensor, f"{prefix}_input", "temperature", _zone_render(zone))
 
     def _ina3221(self, client: str, device_dir: str, rails: tuple[Rail, Rail, Rail]) -> None:
         self.write(f"{device_dir}/name", "ina3221\n")
@@ -184,7 +205,7 @@ class BoardTree:
         self.link(f"sys/bus/i2c/drivers/ina3221/{client}", device_dir)
         rel = self.new_hwmon(device_dir, "ina3221")
         self.write(f"{rel}/samples", "512\n")
-        self.write(f"{rel}/update_interval", "140\n")
+        self.write(f"{rel}/update_interval", f"{round(INA3221_UPDATE_S * 1000)}\n")
         self.write(f"{rel}/in7_label", "sum of shunt voltages\n")
         for channel, rail in enumerate(rails, start=1):
             enabled = rail.label is not None
@@ -302,7 +323,7 @@ class BoardTree:
         self.dynamic(device.name, f"{rel}/target_freq", "frequency", _frequency(device.name, 1000))
 
 
-def _zone_render(zone: Zone, ambient_c: float) -> Callable[[Inputs], str]:
+def _zone_render(zone: Zone) -> Callable[[Inputs], str]:
     def render(inputs: Inputs) -> str:
         if zone.quirk == "pmic":
             return "100000\n"
@@ -310,10 +331,12 @@ def _zone_render(zone: Zone, ambient_c: float) -> Callable[[Inputs], str]:
             zone.quirk == "gated-gpu" and inputs.utils.get("gpu", 0.0) <= 0.0
         ):
             return "-256000\n"
+        ambient_c = inputs.ambient_c
         celsius = (
             ambient_c + zone.scale * (inputs.die_c - ambient_c) + zone.offset_c + inputs.noise_c
         )
-        return f"{round(celsius * 1000)}\n"
+        step = zone.resolution_mc
+        return f"{round(celsius * 1000 / step) * step}\n"
 
     return render
 
@@ -334,15 +357,21 @@ def _rail_millivolts(rail: Rail) -> Callable[[Inputs], str]:
     return lambda inputs: f"{rail.millivolts if rail.parts else 0}\n"
 
 
+def rail_milliamps(rail: Rail, inputs: Inputs) -> int:
+    """The current an INA3221 reports: averaged over its window, in whole shunt-voltage LSBs."""
+    milliamps = rail_watts(rail, inputs.meter_w) * 1e6 / rail.millivolts
+    return round(milliamps / INA3221_CURRENT_LSB_MA) * INA3221_CURRENT_LSB_MA
+
+
 def _rail_milliamps(rail: Rail) -> Callable[[Inputs], str]:
-    return lambda inputs: f"{round(rail_watts(rail, inputs.part_w) * 1e6 / rail.millivolts)}\n"
+    return lambda inputs: f"{rail_milliamps(rail, inputs)}\n"
 
 
 def _rail_milliwatts(rail: Rail) -> Callable[[Inputs], str]:
-    return lambda inputs: f"{round(rail_watts(rail, inputs.part_w) * 1000)}\n"
+    # The ina3221x driver multiplies its own quantized current and voltage.
+    return lambda inputs: f"{rail_milliamps(rail, inputs) * rail.millivolts // 1000}\n"
 
 
 def _rail_shunt_microvolts(rail: Rail) -> Callable[[Inputs], str]:
-    return lambda inputs: (
-        f"{round(rail_watts(rail, inputs.part_w) / rail.millivolts * 1e3 * 5000)}\n"
-    )
+    # 5 mΩ shunt: µV = mA × 5.
+    return lambda inputs: f"{rail_milliamps(rail, inputs) * 5}\n"

@@ -1,0 +1,362 @@
+"""Control quality on the simulator, in simulated time (deterministic for a profile, scenario,
+ambient and seed): a governor against the best fixed cap chosen with hindsight.
+
+Both are measured the same way, through mcpd's own sensors every 0.2 s of simulated time: the
+governing temperature and power. The best fixed cap is the highest uniform cap (one fraction of
+every domain's maximum, clamped to the range the governor is allowed and snapped to the table)
+over every configuration of operating points inside that range, that keeps every sample at or
+below 85.0 °C and below the power limit. Work is the simulator's frequency x busy-time counter
+(MHz·s) summed over domains, with each domain's share reported beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from governors import AdaptivePolicy, DomainSteps, HysteresisGovernor, allowed_mhz, uniform_levels
+from mcpd import board, domains
+from mcpd.actuation import domain_range
+from mcpd.domains import FrequencyDomain
+from mcpd.events import EventBus
+from mcpd.loop import ControlLoop, LoopSettings
+from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
+from sensors import SensorSet
+
+SCENARIOS = ("sustained", "bursts", "bursts-short", "ambient-step", "load-step")
+GOVERNORS = ("hysteresis", "adaptive", "fixed")
+TEMP_LIMIT_C = 85.0
+MEASURE_S = 0.2
+AMBIENT_STEP_C = 10.0
+"""ambient-step: the air warms by this much half-way through the run."""
+POWER_LIMITS_W = {"jetson-agx-orin": 30.0}
+"""Power limits each board can meet inside the governed range: the seed rule's 12 W, except the
+AGX Orin, whose lowest allowed clocks alone draw more than 12 W; it gets its 30 W power mode
+(docs/power-modes.md)."""
+DEFAULT_POWER_LIMIT_W = 12.0
+YARDSTICK = "1"
+
+
+@dataclass(frozen=True)
+class Case:
+    profile: str
+    scenario: str
+    ambient_c: float = 25.0
+    minutes: float = 10.0
+    seed: int = 0
+
+    @property
+    def power_limit_w(self) -> float:
+        return POWER_LIMITS_W.get(self.profile, DEFAULT_POWER_LIMIT_W)
+
+    def load(self) -> LoadSchedule:
+        half = self.minutes * 30
+        return {
+            "sustained": LoadSchedule("sustained"),
+            "bursts": LoadSchedule("bursts", 90.0, 60.0),
+            "bursts-short": LoadSchedule("bursts", 30.0, 30.0),
+            "ambient-step": LoadSchedule("sustained"),
+            "load-step": LoadSchedule("step", half),
+        }[self.scenario]
+
+    def ambient(self) -> Ambient:
+        if self.scenario == "ambient-step":
+            return Ambient(self.ambient_c, AMBIENT_STEP_C, self.minutes * 30)
+        return Ambient(self.ambient_c)
+
+
+def loop_settings(case: Case, governor: str, raise_hold_ms: int = 0) -> LoopSettings:
+    limit = case.power_limit_w
+    rule = HysteresisGovernor(power_high_w=limit, power_low_w=limit * 0.75)
+    if governor not in ("hysteresis", "adaptive"):
+        raise ValueError(f"governor {governor!r}: expected hysteresis or adaptive")
+    return LoopSettings(
+        governor=rule,
+        policy=governor,
+        adaptive=AdaptivePolicy(power_high_w=limit),
+        raise_hold_s=raise_hold_ms / 1000,
+    )
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def governed_ranges(found: Iterable[FrequencyDomain]) -> dict[str, tuple[float, float]]:
+    """Each domain's range under the default clamp, exactly as the loop computes it."""
+    rule = HysteresisGovernor()
+    return {d.name: domain_range(d, rule.min_mhz, rule.max_mhz, None)[:2] for d in found}
+
+
+def configurations(found: list[FrequencyDomain]) -> list[tuple[float, dict[str, float]]]:
+    """Every distinct uniform-cap configuration inside the governed range, lowest first (the
+    adaptive policy's levels): the fraction of each maximum, and each domain's cap."""
+    ranges = governed_ranges(found)
+    steps = [
+        DomainSteps(d.name, d.max_mhz, allowed_mhz(d.available_mhz, *ranges[d.name])) for d in found
+    ]
+    return [(level.fraction, dict(level.caps_mhz)) for level in uniform_levels(steps)]
+
+
+def run(
+    case: Case,
+    governor: str,
+    caps: dict[str, float] | None = None,
+    raise_hold_ms: int = 0,
+) -> dict[str, object]:
+    """One run: governed, or (caps given) every domain held at its cap with no governor."""
+    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
+        sim = Simulator(
+            PROFILES[case.profile],
+            Path(folder) / "board",
+            load=case.load(),
+            seed=case.seed,
+            ambient=case.ambient(),
+        )
+        sim.build()
+        clock = _Clock()
+        changes: list[int] = []
+        tick: Callable[[float], float]
+        if caps is not None:
+            for domain in domains.discover(sim.root):
+                domain.change_cap(caps[domain.name])
+            tick = lambda now: now + MEASURE_S  # noqa: E731
+        else:
+            events = EventBus()
+            events.subscribe(
+                lambda e: changes.append(1) if e.kind == "governor" and e.data.get("caps") else None
+            )
+            loop = ControlLoop(
+                sim.root,
+                board.detect(sim.root),
+                loop_settings(case, governor, raise_hold_ms),
+                events=events,
+                baseline=None,
+                clock=clock,
+            )
+            tick = loop.tick
+        meter = SensorSet.discover(sim.root)
+        temps: list[float] = []
+        powers: list[tuple[float, float]] = []
+        # The first sample at MEASURE_S: at 0 the registers still hold the board before the caps.
+        wake, next_measure = 0.0, MEASURE_S
+        while clock.now < case.minutes * 60:
+            sim.advance(wake - clock.now)
+            clock.now = wake
+            wake = tick(clock.now)
+            if clock.now >= next_measure - 1e-9:
+                temps.append(meter.sample_temperatures().celsius or 999.0)
+                watts = meter.sample_powers(clock.now).watts
+                if watts is not None:
+                    powers.append((clock.now, watts))
+                next_measure += MEASURE_S
+        work = sum(sim.work_mhz_s.values())
+    limit = case.power_limit_w
+    return {
+        "work": round(work, 1),
+        "work_by_domain": {name: round(w, 1) for name, w in sim.work_mhz_s.items()},
+        "peak_c": round(max(temps), 2),
+        "seconds_above_85": round(sum(MEASURE_S for t in temps if t > TEMP_LIMIT_C), 1),
+        "seconds_above_86": round(sum(MEASURE_S for t in temps if t > 86.0), 1),
+        "peak_w": round(max(w for _, w in powers), 2) if powers else None,
+        "seconds_over_power_limit": round(sum(MEASURE_S for _, w in powers if w >= limit), 1),
+        "seconds_over_power_limit_after_1s": round(
+            sum(MEASURE_S for t, w in powers if w >= limit and t > 1.0), 1
+        ),
+        "cap_changes_per_min": round(len(changes) / case.minutes, 2),
+        "joules_per_work": round(sim.energy_j / work, 6) if work else None,
+    }
+
+
+def feasible(result: dict[str, object]) -> bool:
+    return result["seconds_above_85"] == 0 and result["seconds_over_power_limit"] == 0
+
+
+def configurations_for(profile: str) -> list[tuple[float, dict[str, float]]]:
+    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
+        sim = Simulator(PROFILES[profile], Path(folder) / "board")
+        sim.build()
+        return configurations(domains.discover(sim.root))
+
+
+def best_fixed(case: Case) -> dict[str, object]:
+    """Bisection over the configurations (feasibility falls as caps rise), the lowest rung checked
+    first: {"fraction", "caps_mhz", "result"}, or {"infeasible": why} when even it is too hot."""
+    options = configurations_for(case.profile)
+    low_result = run(case, "fixed", options[0][1])
+    if not feasible(low_result):
+        return {"infeasible": "even the lowest configuration inside the governed range breaks "
+                f"the envelope (peak {low_result['peak_c']} °C, {low_result['peak_w']} W)",
+                "caps_mhz": options[0][1], "result": low_result}  # fmt: skip
+    top_result = run(case, "fixed", options[-1][1])
+    if feasible(top_result):
+        return {"fraction": options[-1][0], "caps_mhz": options[-1][1], "result": top_result}
+    good, bad, best = 0, len(options) - 1, low_result
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        result = run(case, "fixed", options[middle][1])
+        if feasible(result):
+            good, best = middle, result
+        else:
+            bad = middle
+    return {"fraction": options[good][0], "caps_mhz": options[good][1], "result": best}
+
+
+def fixed_caps(case: Case, fraction: float) -> dict[str, float]:
+    """`fixed` F: every domain at F x its maximum, clamped to the governed range and snapped."""
+    with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
+        sim = Simulator(PROFILES[case.profile], Path(folder) / "board")
+        sim.build()
+        found = domains.discover(sim.root)
+    ranges = governed_ranges(found)
+    return {
+        d.name: d.snap(min(max(fraction * d.max_mhz, ranges[d.name][0]), ranges[d.name][1]))
+        / d.per_mhz
+        for d in found
+    }
+
+
+def measure(
+    case: Case, governor: str, fraction: float | None = None, raise_hold_ms: int = 0
+) -> dict[str, object]:
+    """The benchmark's JSON document for one case."""
+    best = best_fixed(case)
+    if governor == "fixed":
+        result = run(case, governor, fixed_caps(case, fraction if fraction is not None else 1.0))
+    else:
+        result = run(case, governor, raise_hold_ms=raise_hold_ms)
+    return document(case, governor, result, best)
+
+
+def document(
+    case: Case, governor: str, result: dict[str, object], best: dict[str, object]
+) -> dict[str, object]:
+    best_result = best["result"]
+    assert isinstance(best_result, dict)
+    best_work = None if "infeasible" in best else best_result["work"]
+    work = result["work"]
+    assert isinstance(work, float)
+    return {
+        "profile": case.profile,
+        "scenario": case.scenario,
+        "governor": governor,
+        "ambient_c": case.ambient_c,
+        "seed": case.seed,
+        "sim_minutes": case.minutes,
+        "power_limit_w": case.power_limit_w,
+        **result,
+        "best_fixed_work": best_work,
+        "best_fixed_mhz": best["caps_mhz"],
+        "best_fixed_fraction": best.get("fraction"),
+        "best_fixed_peak_c": best_result["peak_c"],
+        "best_fixed_peak_w": best_result["peak_w"],
+        "best_fixed_joules_per_work": best_result["joules_per_work"],
+        "best_fixed_work_by_domain": best_result["work_by_domain"],
+        "worst_domain_ratio": None
+        if best_work is None
+        else worst_domain_ratio(result, best_result),
+        "best_fixed_infeasible": best.get("infeasible"),
+        "ratio": round(work / best_work, 4) if isinstance(best_work, float) else None,
+    }
+
+
+def fingerprint() -> str:
+    """Of what a fixed-cap result depends on: the simulator, mcpd's sensors, and the yardstick's
+    version (bump YARDSTICK when run() or best_fixed() change)."""
+    project = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(YARDSTICK.encode())
+    for path in sorted([*project.glob("mcpd/sim/*.py"), *project.glob("sensors/*.py")]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cached_best_fixed(case: Case, cache: Path | None) -> dict[str, object]:
+    """best_fixed, kept in `cache` (a folder) per case and code fingerprint: the governors change
+    between sweeps, the yardstick does not."""
+    if cache is None:
+        return best_fixed(case)
+    key = f"{case.profile}_{case.scenario}_{case.ambient_c:g}_{case.minutes:g}_{case.seed}"
+    path = cache / fingerprint() / f"{key}.json"
+    if path.exists():
+        return dict(json.loads(path.read_text()))
+    best = best_fixed(case)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(best))
+    return best
+
+
+def worst_domain_ratio(result: dict[str, object], best: dict[str, object]) -> float | None:
+    """The least any one domain got relative to its share under the best fixed cap: a policy
+    that wins by starving a domain shows here."""
+    mine, theirs = result["work_by_domain"], best["work_by_domain"]
+    assert isinstance(mine, dict) and isinstance(theirs, dict)
+    ratios = [mine[name] / work for name, work in theirs.items() if work > 0]
+    return round(min(ratios), 4) if ratios else None
+
+
+def sweep_case(
+    case: Case, governors: tuple[str, ...], cache: Path | None = None
+) -> list[dict[str, object]]:
+    best = cached_best_fixed(case, cache)
+    return [document(case, g, run(case, g), best) for g in governors]
+
+
+def median_table(rows: list[dict[str, object]]) -> list[str]:
+    """One line per profile x scenario x ambient x governor, medians over seeds."""
+    groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
+    for row in rows:
+        key = (row["profile"], row["scenario"], row["ambient_c"], row["governor"])
+        groups.setdefault(key, []).append(row)
+
+    def median(items: list[dict[str, object]], field: str) -> str:
+        values = [float(v) for v in (i[field] for i in items) if isinstance(v, (int, float))]
+        return f"{statistics.median(values):.3g}" if values else "–"
+
+    def ratio(items: list[dict[str, object]]) -> str:
+        if all(i["best_fixed_infeasible"] for i in items):
+            return "infeasible"
+        return median(items, "ratio")
+
+    lines = [
+        "| profile | scenario | ambient °C | governor | ratio | peak °C | s > 86 °C | peak W "
+        "| s over power limit after 1 s | cap changes/min | J/work vs best fixed "
+        "| worst domain vs best fixed |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (profile, scenario, ambient, governor), items in sorted(groups.items(), key=str):
+        energy = [
+            float(i["joules_per_work"]) / float(i["best_fixed_joules_per_work"])  # type: ignore[arg-type]
+            for i in items
+            if i["best_fixed_joules_per_work"] and i["best_fixed_infeasible"] is None
+        ]
+        lines.append(
+            f"| {profile} | {scenario} | {ambient:g} | {governor} | {ratio(items)} "
+            f"| {median(items, 'peak_c')} | {median(items, 'seconds_above_86')} "
+            f"| {median(items, 'peak_w')} | {median(items, 'seconds_over_power_limit_after_1s')} "
+            f"| {median(items, 'cap_changes_per_min')} "
+            f"| {statistics.median(energy) if energy else float('nan'):.3f} "
+            f"| {median(items, 'worst_domain_ratio')} |"
+        )
+    return lines
+
+
+def cases(
+    profiles: Iterable[str], scenarios: Iterable[str], ambients: Iterable[float],
+    seeds: Iterable[int], minutes: float,
+) -> list[Case]:  # fmt: skip
+    return [
+        Case(p, s, a, minutes, seed)
+        for p in profiles
+        for s in scenarios
+        for a in ambients
+        for seed in seeds
+    ]

@@ -1,0 +1,202 @@
+"""The adaptive policy: settle at the highest level the envelope sustains instead of cycling.
+
+Pure: readings, the time and the previous state in; a verdict, the level to run at and the next
+state out. It moves through uniform levels (governors/levels.py) one operating point at a time:
+
+- temperature is predicted `horizon_s` ahead from its slope over the last `slope_window_s` (a
+  rise fading with `decay_s`); within `act_within_c` of `temp_high_c`, a predicted temperature
+  above `temp_high_c - margin_c` lowers one level (at most every `lower_interval_s`, so the die
+  can answer before the next cut); a reading at or above `temp_high_c` lowers at once;
+- a raise needs the prediction `raise_margin_c` below that, a power estimate for the next level
+  under the limit, and `raise_interval_s` since the last change; a raise undone within
+  `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
+  it again: the back-off that keeps it from probing a level it cannot hold every few seconds;
+- power at or above `power_trigger` x `power_high_w` jumps down to the highest level whose
+  estimate is under the limit;
+  power is not trusted for `settle_s` after a change (the meters average over 100-140 ms). The
+  estimate for a level is the power last measured there once settled (a learned map), else the
+  present power scaled by the ratio of fractions squared;
+- the same fail-safe as the seed rule: an unknown temperature, or a meter that went silent, cuts
+  every cap by `down_factor` per decision.
+
+Thresholds and clamps are the seed rule's (the levels are built inside the governed range).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from governors.hysteresis import Action, Readings, Verdict
+from governors.levels import Level
+
+
+@dataclass(frozen=True)
+class AdaptiveState:
+    level: int
+    """Index into the levels, lowest first."""
+    changed_at: float = -1e9
+    raised_at: float | None = None
+    """When the last raise happened, while it may still be undone."""
+    raise_interval_s: float = 2.0
+    temps: tuple[tuple[float, float], ...] = ()
+    """(time, °C) of recent temperature samples, oldest first."""
+    learned_w: tuple[tuple[int, float], ...] = ()
+    """(level, watts) measured there once settled, newest first."""
+
+
+@dataclass(frozen=True)
+class AdaptivePolicy:
+    temp_high_c: float = 85.0
+    power_high_w: float = 12.0
+    down_factor: float = 0.7
+    margin_c: float = 0.5
+    raise_margin_c: float = 1.0
+    act_within_c: float = 3.0
+    """The prediction lowers only within this many degrees of temp_high_c: far below it a
+    burst may run hot (the die and heatsink absorb it) and usually ends first."""
+    horizon_s: float = 15.0
+    decay_s: float = 10.0
+    """A slope is projected as a rise that fades with this time constant, not a straight line:
+    the die's share of a change arrives within seconds and its slope fades as it does."""
+    slope_window_s: float = 4.0
+    lower_interval_s: float = 2.0
+    base_raise_interval_s: float = 2.0
+    max_raise_interval_s: float = 60.0
+    undo_window_s: float = 20.0
+    settle_s: float = 0.5
+    power_margin: float = 0.97
+    """A raise must be estimated under this fraction of the limit."""
+    power_trigger: float = 0.99
+    """Power at this fraction of the limit lowers: leakage creeps up with temperature at a fixed
+    level, and the meter is read every 100 ms, so acting at the limit itself is too late."""
+
+    def start(self, levels: tuple[Level, ...]) -> AdaptiveState:
+        return AdaptiveState(len(levels) - 1, raise_interval_s=self.base_raise_interval_s)
+
+    def predicted_c(self, state: AdaptiveState) -> float | None:
+        if not state.temps:
+            return None
+        latest_t, latest_c = state.temps[-1]
+        if len(state.temps) < 3:
+            return latest_c
+        times = [t for t, _ in state.temps]
+        mean_t = sum(times) / len(times)
+        mean_c = sum(c for _, c in state.temps) / len(state.temps)
+        spread = sum((t - mean_t) ** 2 for t in times)
+        slope = sum((t - mean_t) * (c - mean_c) for t, c in state.temps) / spread
+        # The fitted line at the latest sample (less noisy than the sample), then ahead.
+        ahead = self.decay_s * (1.0 - math.exp(-self.horizon_s / self.decay_s))
+        return mean_c + slope * (latest_t - mean_t + ahead)
+
+    def observe(self, state: AdaptiveState, temp_c: float | None, at: float) -> AdaptiveState:
+        """Record a temperature sample taken at `at` (once per sample)."""
+        if temp_c is None or (state.temps and state.temps[-1][0] >= at):
+            return state
+        recent = tuple(s for s in state.temps if at - s[0] < self.slope_window_s)
+        return replace(state, temps=(*recent, (at, temp_c)))
+
+    def estimate_w(
+        self, state: AdaptiveState, levels: tuple[Level, ...], target: int, power_w: float
+    ) -> float:
+        learned = dict(reversed(state.learned_w))
+        if target in learned:
+            return max(learned[target], power_w)
+        # Only the dynamic part scales (as f·V², about the ratio squared): up, the square
+        # overestimates; down, static and board power stay, so the plain ratio is the safer guess.
+        ratio = levels[target].fraction / levels[state.level].fraction
+        return power_w * (ratio**2 if ratio > 1 else ratio)
+
+    def decide(
+        self, state: AdaptiveState, readings: Readings, now: float, levels: tuple[Level, ...]
+    ) -> tuple[Verdict, AdaptiveState]:
+        if not levels:
+            return Verdict(Action.HOLD, "nothing to govern"), state
+        state = replace(state, level=min(max(state.level, 0), len(levels) - 1))
+        temp, power = readings.temp_c, readings.power_w
+        if temp is None:
+            return self._cut(state, levels, now, "temperature unknown (fail-safe)")
+        if power is None and readings.metered:
+            return self._cut(state, levels, now, "power unknown, meter silent (fail-safe)")
+        settled = now - state.changed_at >= self.settle_s
+        if power is not None and settled:
+            state = self._learn(state, power)
+        trigger_w = self.power_high_w * self.power_trigger
+        if power is not None and power >= trigger_w and settled:
+            target = next(
+                (
+                    i
+                    for i in range(state.level - 1, -1, -1)
+                    if self.estimate_w(state, levels, i, power)
+                    < self.power_high_w * self.power_margin
+                ),
+                0,
+            )
+            why = f"power {power:.2f} W >= {trigger_w:.2f} W ({self.power_trigger:g} x the limit)"
+            return self._move(state, target, now, why)
+        if temp >= self.temp_high_c:
+            if now - state.changed_at >= self.settle_s:
+                return self._move(
+                    state,
+                    state.level - 1,
+                    now,
+                    f"temperature {temp:.1f} °C >= {self.temp_high_c:g} °C",
+                )
+            return Verdict(Action.HOLD, "waiting for the last cut to act"), state
+        predicted = self.predicted_c(state)
+        ceiling = self.temp_high_c - self.margin_c
+        since = now - state.changed_at
+        near = temp >= self.temp_high_c - self.act_within_c
+        if predicted is not None and predicted > ceiling and near:
+            if since >= self.lower_interval_s:
+                why = f"temperature {temp:.1f} °C heading for {predicted:.1f} °C in {self.horizon_s:g} s"
+                return self._move(state, state.level - 1, now, why)
+            return Verdict(Action.HOLD, "waiting for the last cut to act"), state
+        state = self._forgive(state, now)
+        room = predicted is not None and predicted < ceiling - self.raise_margin_c
+        if room and state.level < len(levels) - 1 and since >= state.raise_interval_s:
+            if power is not None and readings.metered:
+                if not settled:
+                    return Verdict(Action.HOLD, "power settling"), state
+                next_w = self.estimate_w(state, levels, state.level + 1, power)
+                if next_w >= self.power_high_w * self.power_margin:
+                    return Verdict(Action.HOLD, f"next level would draw ~{next_w:.1f} W"), state
+            why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
+            verdict, state = self._move(state, state.level + 1, now, why)
+            return verdict, replace(state, raised_at=now)
+        return Verdict(Action.HOLD, "at the highest sustainable level"), state
+
+    def _learn(self, state: AdaptiveState, power: float) -> AdaptiveState:
+        kept = tuple(entry for entry in state.learned_w if entry[0] != state.level)
+        return replace(state, learned_w=((state.level, power), *kept[:63]))
+
+    def _forgive(self, state: AdaptiveState, now: float) -> AdaptiveState:
+        """A raise that held for undo_window_s halves the back-off."""
+        if state.raised_at is not None and now - state.raised_at >= self.undo_window_s:
+            interval = max(self.base_raise_interval_s, state.raise_interval_s / 2)
+            return replace(state, raised_at=None, raise_interval_s=interval)
+        return state
+
+    def _move(
+        self, state: AdaptiveState, target: int, now: float, why: str
+    ) -> tuple[Verdict, AdaptiveState]:
+        target = max(target, 0)
+        if target == state.level:
+            return Verdict(Action.HOLD, f"{why}; already at the lowest level"), state
+        action = Action.RAISE if target > state.level else Action.LOWER
+        interval = state.raise_interval_s
+        undone = state.raised_at is not None and now - state.raised_at < self.undo_window_s
+        if action is Action.LOWER and undone:
+            interval = min(self.max_raise_interval_s, interval * 2)
+        return Verdict(action, why), replace(
+            state, level=target, changed_at=now, raised_at=None, raise_interval_s=interval
+        )
+
+    def _cut(
+        self, state: AdaptiveState, levels: tuple[Level, ...], now: float, why: str
+    ) -> tuple[Verdict, AdaptiveState]:
+        """The seed rule's fail-safe step: the highest level at or below down_factor x now."""
+        limit = levels[state.level].fraction * self.down_factor
+        target = max((i for i, lv in enumerate(levels) if lv.fraction <= limit), default=0)
+        # LOWER even at the lowest level: the batch sizes still step down, as in the seed rule.
+        return Verdict(Action.LOWER, why), self._move(state, target, now, why)[1]

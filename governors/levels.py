@@ -1,0 +1,55 @@
+"""Operating levels: every distinct uniform cap (one fraction of each domain's maximum) inside the
+governed ranges, lowest first. The adaptive policy steps through them one at a time; the control
+benchmark's best fixed cap is the highest feasible one. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CONTINUOUS_STEP_MHZ = 100.0
+"""Grid for a domain without a frequency table (intel_pstate accepts any value)."""
+
+
+@dataclass(frozen=True)
+class DomainSteps:
+    """A domain's maximum and the frequencies it may be capped at inside its governed range."""
+
+    name: str
+    max_mhz: float
+    allowed_mhz: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Level:
+    fraction: float
+    caps_mhz: tuple[tuple[str, float], ...]
+
+    def cap(self, domain: str) -> float:
+        return dict(self.caps_mhz)[domain]
+
+
+def allowed_mhz(table_mhz: Sequence[float], low: float, high: float) -> tuple[float, ...]:
+    """The table's entries inside [low, high] (the one nearest `low` if none is), or a grid."""
+    if not table_mhz:
+        steps = int((high - low) // CONTINUOUS_STEP_MHZ)
+        grid = [low + i * CONTINUOUS_STEP_MHZ for i in range(steps + 1)]
+        return tuple(grid if grid[-1] == high else [*grid, high])
+    inside = sorted(f for f in table_mhz if low <= f <= high)
+    return tuple(inside) or (min(table_mhz, key=lambda f: abs(f - low)),)
+
+
+def uniform_levels(domains: Sequence[DomainSteps]) -> tuple[Level, ...]:
+    if not domains:
+        return ()
+    fractions = sorted({f / d.max_mhz for d in domains for f in d.allowed_mhz})
+    levels: list[Level] = []
+    for fraction in fractions:
+        caps = []
+        for d in domains:
+            below = [f for f in d.allowed_mhz if f <= fraction * d.max_mhz * (1 + 1e-9)]
+            caps.append((d.name, max(below) if below else d.allowed_mhz[0]))
+        if not levels or tuple(caps) != levels[-1].caps_mhz:
+            levels.append(Level(fraction, tuple(caps)))
+    return tuple(levels)

@@ -1,0 +1,81 @@
+"""Limits mcpd cannot meet alone, and others who move the same limits: said once, loudly.
+
+- the kernel's passive trip points at or below mcpd's threshold (docs/competing-controllers.md);
+- caps changed by another program: reported and followed instead of written back;
+- a power or temperature limit the board exceeds with every domain at its floor
+  (docs/power-modes.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from mcpd.actuation import DomainControl
+from mcpd.events import Event, EventBus
+from sensors import trips
+
+log = logging.getLogger("mcpd.loop")
+
+
+def warn_about_kernel_trips(root: Path, threshold_c: float, events: EventBus) -> None:
+    early = trips.passive_at_or_below(trips.discover(root), threshold_c)
+    if not early:
+        return
+    listed = ", ".join(f"{t.zone} {t.celsius:g} °C" for t in early)
+    message = (
+        f"the kernel throttles too: passive trip points at or below mcpd's {threshold_c:g} °C "
+        f"({listed}); both act on the same limits at the same time"
+    )
+    log.warning(message)
+    data = {"trips": [{"zone": t.zone, "celsius": t.celsius} for t in early]}
+    events.publish(Event("competitor", message, data))
+
+
+def follow_external_caps(
+    controls: Mapping[str, DomainControl],
+    expected: Mapping[str, float | None],
+    found: Mapping[str, float | None],
+    events: EventBus,
+) -> int:
+    """Caps that read back different from what mcpd left there: each is reported, and its
+    domain's target moves to it. Returns how many."""
+    changed = 0
+    for name, control in controls.items():
+        before, now = expected.get(name), found.get(name)
+        if before is None or now is None or abs(now - before) < 0.5:
+            continue
+        control.target = min(max(now, control.low), control.high)
+        changed += 1
+        message = (
+            f"{name}: cap changed by another program, {before:.0f} -> {now:.0f} MHz; following it"
+        )
+        log.warning(message)
+        data = {"domain": name, "expected_mhz": before, "found_mhz": now}
+        events.publish(Event("competitor", message, data))
+    return changed
+
+
+def warn_if_floor_over_limit(
+    controls: Iterable[DomainControl],
+    signal: str,
+    value: float,
+    limit: float,
+    unit: str,
+    events: EventBus,
+) -> bool:
+    """True (and one warning) when every domain is at its floor and `signal` is still at or
+    over its limit: the limit cannot be met inside the clamp (AGX Orin at 12 W, a Jetson Nano at
+    40 °C ambient)."""
+    floors = [c.target <= c.low for c in controls]
+    if value < limit or not floors or not all(floors):
+        return False
+    key = "power_high_w" if signal == "power" else "temp_high_c"
+    message = (
+        f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} with "
+        f"every domain at its floor; raise [governor] {key} or lower min_mhz"
+    )
+    log.warning(message)
+    events.publish(Event("fault", message, {"signal": signal, "value": value, "limit": limit}))
+    return True

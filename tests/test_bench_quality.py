@@ -1,0 +1,62 @@
+"""The control-quality benchmark's yardstick (bench/quality.py): what it compares against."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from mcpd import domains
+from mcpd.sim import PROFILES, Simulator
+from tests.conftest import PROJECT
+
+sys.path.insert(0, str(PROJECT / "bench"))
+import quality  # bench/quality.py: a script's module, not a package
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_configurations_stay_inside_the_governed_range(profile: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        sim = Simulator(PROFILES[profile], Path(folder) / "board")
+        sim.build()
+        found = domains.discover(sim.root)
+    ranges = quality.governed_ranges(found)
+    options = quality.configurations(found)
+    assert len(options) >= 3
+    for _, caps in options:
+        for d in found:
+            low, high = ranges[d.name]
+            assert low <= caps[d.name] <= high, (d.name, caps[d.name], low, high)
+            assert not d.available_mhz or caps[d.name] in d.available_mhz
+
+
+def test_power_limits_are_feasible_at_the_floor() -> None:
+    """AGX Orin's lowest clocks draw more than 12 W (the issue); its limit comes from its 30 W
+    power mode, and the lowest configuration meets it."""
+    case = quality.Case("jetson-agx-orin", "sustained", minutes=1.0)
+    assert case.power_limit_w == 30.0
+    lowest = quality.configurations_for(case.profile)[0][1]
+    result = quality.run(case, "fixed", lowest)
+    assert quality.feasible(result) and isinstance(result["peak_w"], float)
+    assert result["peak_w"] > 12.0
+
+
+def test_one_case_prints_one_json_document() -> None:
+    command = [sys.executable, str(PROJECT / "bench/control_loop.py"), "--only", "quality",
+               "--profile", "jetson-nano-jp4", "--scenario", "bursts-short", "--governor", "fixed",
+               "--cap-fraction", "0.6", "--sim-minutes", "0.5", "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    document = json.loads(done.stdout)
+    assert set(document) >= {
+        "profile", "scenario", "governor", "ambient_c", "seed", "work", "work_by_domain",
+        "best_fixed_work", "best_fixed_mhz", "ratio", "peak_c", "seconds_above_86", "peak_w",
+        "seconds_over_power_limit", "cap_changes_per_min", "joules_per_work",
+    }  # fmt: skip
+    assert document["work"] == pytest.approx(sum(document["work_by_domain"].values()), rel=1e-6)
+    # fixed 0.6: the CPU at the highest entry <= 0.6 x 1479 MHz inside the clamp, no changes.
+    assert document["cap_changes_per_min"] == 0
+    assert document["ratio"] is not None and document["ratio"] < 1.0

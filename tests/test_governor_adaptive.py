@@ -1,0 +1,179 @@
+"""The adaptive policy and its levels: pure, driven with readings and times."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from governors import (
+    Action,
+    AdaptivePolicy,
+    AdaptiveState,
+    DomainSteps,
+    Readings,
+    allowed_mhz,
+    uniform_levels,
+)
+
+LEVELS = uniform_levels(
+    [
+        DomainSteps("policy4", 2400.0, (800.0, 1008.0, 1200.0, 1416.0, 1608.0, 1800.0, 2016.0, 2400.0)),
+        DomainSteps("fdab0000.npu", 1000.0, (800.0, 900.0, 1000.0)),
+    ]
+)  # fmt: skip
+TOP = len(LEVELS) - 1
+POLICY = AdaptivePolicy()
+
+
+def cool(temp_c: float = 60.0, power_w: float | None = None) -> Readings:
+    return Readings(temp_c, power_w, metered=power_w is not None)
+
+
+def feed(
+    state: AdaptiveState, temps: list[float], start: float, step: float = 0.2
+) -> AdaptiveState:
+    for i, celsius in enumerate(temps):
+        state = POLICY.observe(state, celsius, start + i * step)
+    return state
+
+
+def test_levels_are_every_distinct_uniform_cap_inside_the_range() -> None:
+    fractions = [level.fraction for level in LEVELS]
+    assert fractions == sorted(fractions) and len(set(fractions)) == len(fractions)
+    assert LEVELS[0].caps_mhz == (("policy4", 800.0), ("fdab0000.npu", 800.0))
+    assert LEVELS[-1].caps_mhz == (("policy4", 2400.0), ("fdab0000.npu", 1000.0))
+    for lower, upper in itertools.pairwise(LEVELS):
+        assert all(a <= b for (_, a), (_, b) in zip(lower.caps_mhz, upper.caps_mhz, strict=True))
+
+
+def test_allowed_frequencies() -> None:
+    assert allowed_mhz((408.0, 600.0, 816.0, 1008.0), 800.0, 1008.0) == (816.0, 1008.0)
+    assert allowed_mhz((114.75, 216.75), 800.0, 3200.0) == (216.75,)  # nearest when none inside
+    assert allowed_mhz((), 800.0, 1050.0) == (800.0, 900.0, 1000.0, 1050.0)  # intel_pstate grid
+
+
+def test_unknown_temperature_cuts_like_the_seed_rule_every_decision() -> None:
+    state = POLICY.start(LEVELS)
+    verdict, state = POLICY.decide(state, Readings(None), 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and "fail-safe" in verdict.reason
+    assert LEVELS[state.level].fraction <= 0.7 * LEVELS[TOP].fraction
+    before = state.level
+    verdict, state = POLICY.decide(state, Readings(None), 10.1, LEVELS)
+    assert state.level < before
+    for step in range(20):
+        verdict, state = POLICY.decide(state, Readings(None), 10.2 + step / 10, LEVELS)
+    assert state.level == 0 and verdict.action is Action.LOWER  # batches keep stepping down
+
+
+def test_silent_meter_is_fail_safe_and_a_board_without_one_is_not() -> None:
+    state = POLICY.start(LEVELS)
+    verdict, _ = POLICY.decide(state, Readings(60.0, None, metered=True), 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and "meter silent" in verdict.reason
+    verdict, _ = POLICY.decide(state, Readings(60.0, None, metered=False), 10.0, LEVELS)
+    assert verdict.action is not Action.LOWER
+
+
+def test_at_the_threshold_one_level_down_then_wait_for_it_to_act() -> None:
+    state = POLICY.start(LEVELS)
+    verdict, state = POLICY.decide(state, cool(85.0), 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and state.level == TOP - 1
+    verdict, state = POLICY.decide(state, cool(85.2), 10.2, LEVELS)
+    assert verdict.action is Action.HOLD and state.level == TOP - 1
+    verdict, state = POLICY.decide(state, cool(85.2), 10.6, LEVELS)
+    assert state.level == TOP - 2
+
+
+def test_a_rising_temperature_lowers_before_the_threshold() -> None:
+    state = feed(POLICY.start(LEVELS), [80.1 + 0.1 * i for i in range(20)], 0.0)  # 0.5 K/s
+    verdict, state = POLICY.decide(state, cool(82.0), 4.0, LEVELS)
+    assert verdict.action is Action.LOWER and "heading for" in verdict.reason
+    flat = feed(POLICY.start(LEVELS), [82.0] * 20, 0.0)
+    verdict, _ = POLICY.decide(flat, cool(82.0), 4.0, LEVELS)
+    assert verdict.action is Action.HOLD  # at the top level and flat: nothing to do
+
+
+def test_far_below_the_threshold_a_rise_is_left_to_run() -> None:
+    """More than act_within_c below 85 °C a burst heats freely: the die and heatsink absorb it."""
+    state = feed(POLICY.start(LEVELS), [78.1 + 0.1 * i for i in range(20)], 0.0)
+    verdict, _ = POLICY.decide(state, cool(80.0), 4.0, LEVELS)
+    assert verdict.action is Action.HOLD
+
+
+def test_raises_one_level_at_a_time_and_backs_off_when_undone() -> None:
+    state = feed(AdaptiveState(level=2, raise_interval_s=2.0), [70.0] * 20, 0.0)
+    verdict, state = POLICY.decide(state, cool(70.0), 4.0, LEVELS)
+    assert verdict.action is Action.RAISE and state.level == 3
+    verdict, state = POLICY.decide(state, cool(70.0), 5.0, LEVELS)
+    assert verdict.action is Action.HOLD  # not before raise_interval_s
+    verdict, state = POLICY.decide(state, cool(85.0), 6.0, LEVELS)  # the raise is undone
+    assert state.level == 2 and state.raise_interval_s == 4.0
+    state = feed(state, [70.0] * 20, 6.2)
+    verdict, state = POLICY.decide(state, cool(70.0), 9.0, LEVELS)
+    assert verdict.action is Action.HOLD
+    verdict, state = POLICY.decide(state, cool(70.0), 10.1, LEVELS)
+    assert verdict.action is Action.RAISE
+    state = feed(state, [70.0] * 20, 30.5)
+    _, state = POLICY.decide(state, cool(70.0), 34.5, LEVELS)  # held 20 s: back-off halves
+    assert state.raise_interval_s == 2.0
+
+
+def test_back_off_is_bounded() -> None:
+    state = AdaptiveState(level=3, raise_interval_s=60.0, raised_at=0.0)
+    _, state = POLICY.decide(state, cool(85.0), 1.0, LEVELS)
+    assert state.raise_interval_s == POLICY.max_raise_interval_s
+
+
+def test_power_over_the_limit_jumps_to_a_level_estimated_under_it() -> None:
+    state = POLICY.start(LEVELS)
+    verdict, state = POLICY.decide(state, cool(60.0, 16.0), 1.0, LEVELS)
+    assert verdict.action is Action.LOWER
+    # Down, only the dynamic part scales: the estimate is the plain ratio, not its square.
+    ratio = LEVELS[state.level].fraction / LEVELS[TOP].fraction
+    assert 16.0 * ratio < 12.0 * POLICY.power_margin
+    above = LEVELS[state.level + 1].fraction / LEVELS[TOP].fraction
+    assert 16.0 * above >= 12.0 * POLICY.power_margin  # the highest such level
+    level = state.level
+    verdict, state = POLICY.decide(state, cool(60.0, 16.0), 1.2, LEVELS)  # meters lag: ignored
+    assert state.level == level and verdict.action is Action.HOLD
+
+
+def test_power_just_under_the_limit_lowers_before_it_is_crossed() -> None:
+    state = POLICY.start(LEVELS)
+    verdict, _ = POLICY.decide(state, cool(60.0, 11.9), 1.0, LEVELS)  # 0.99 x 12 W = 11.88
+    assert verdict.action is Action.LOWER and "11.88 W" in verdict.reason
+    verdict, _ = POLICY.decide(state, cool(60.0, 11.8), 1.0, LEVELS)
+    assert verdict.action is not Action.LOWER
+
+
+def test_learned_power_blocks_a_raise_the_limit_would_undo() -> None:
+    state = feed(AdaptiveState(level=4, learned_w=((5, 12.5),)), [60.0] * 20, 0.0)
+    verdict, state = POLICY.decide(state, cool(60.0, 8.0), 10.0, LEVELS)
+    assert verdict.action is Action.HOLD and "would draw ~12.5 W" in verdict.reason
+    fresh = feed(AdaptiveState(level=4), [60.0] * 20, 0.0)  # scaled from 8 W: ~10 W
+    verdict, _ = POLICY.decide(fresh, cool(60.0, 8.0), 10.0, LEVELS)
+    assert verdict.action is Action.RAISE
+
+
+def test_no_wind_up_at_the_clamps() -> None:
+    """Long spells at the top or the bottom leave nothing to unwind: one reading the other way
+    moves at once."""
+    state = feed(POLICY.start(LEVELS), [50.0] * 20, 0.0)
+    for second in range(1, 300):
+        _, state = POLICY.decide(state, cool(50.0), float(second), LEVELS)
+    assert state.level == TOP
+    verdict, state = POLICY.decide(state, cool(85.0), 301.0, LEVELS)
+    assert verdict.action is Action.LOWER
+    bottom = AdaptiveState(level=0)
+    for second in range(300):
+        _, bottom = POLICY.decide(bottom, cool(86.0), float(second), LEVELS)
+    assert bottom.level == 0
+    bottom = feed(bottom, [60.0] * 20, 300.0)
+    verdict, bottom = POLICY.decide(bottom, cool(60.0), 305.0, LEVELS)
+    assert verdict.action is Action.RAISE
+
+
+@pytest.mark.parametrize("temps", [[], [70.0], [70.0, 71.0]])
+def test_prediction_needs_three_samples_for_a_slope(temps: list[float]) -> None:
+    state = feed(POLICY.start(LEVELS), temps, 0.0)
+    assert POLICY.predicted_c(state) == (temps[-1] if temps else None)

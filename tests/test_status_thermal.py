@@ -1,0 +1,42 @@
+"""The status fields this policy work adds, from the snapshot to the document and /metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcpd import status
+from mcpd.serving import metrics
+from mcpd.state import Snapshot
+from mcpd.thermal_forecast import headroom
+
+
+def snapshot(**fields: object) -> Snapshot:
+    base: dict[str, object] = dict(
+        ts=1.7e9, platform="rk3588", model=None, temperature_c=79.0, power_w=None,
+        power_estimated=False, metered=False, temperatures={}, powers={}, domains=(),
+        state="holding", profile="default", last_action=None, batch={},
+    )  # fmt: skip
+    return Snapshot(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def test_headroom_is_androids_normalization() -> None:
+    assert headroom(85.0, 85.0) == 1.0
+    assert headroom(55.0, 85.0) == 0.0
+    assert headroom(79.0, 85.0) == pytest.approx(0.8)
+    assert headroom(91.0, 85.0) == pytest.approx(1.2)  # past the threshold: above 1
+    assert headroom(None, 85.0) is None
+
+
+def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> None:
+    document = status.document(
+        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, {}, {}
+    )
+    assert document["thermal"] == {"headroom": 0.8}
+    governor = document["governor"]
+    assert (governor["policy"], governor["external_cap_changes"]) == ("adaptive", 2)
+    lines = metrics.render(document, {}).splitlines()
+    assert "mcpd_thermal_headroom 0.8" in lines
+    assert "mcpd_external_cap_changes_total 2.0" in lines
+    unknown = status.document(snapshot(temperature_c=None), {}, {}, {})
+    assert unknown["thermal"] == {"headroom": None}
+    assert not [x for x in metrics.render(unknown, {}).splitlines() if "headroom" in x]
