@@ -1,21 +1,22 @@
 """A simulated board for the system tests, and a way to wedge one of its sensors.
 
 The board's tree must be visible to the service inside the namespace, so it lives under /var/lib
-(never /tmp or /run, which the namespace replaces). A wedged sensor is a FIFO in place of a
-temperature file: opening it blocks, as a read from a hung driver does, so the control loop
-hangs in the read while the rest of the daemon runs on.
+(never /tmp or /run, which the namespace replaces). A wedged sensor is a FUSE folder whose
+temperature file hangs in read(2), as one from a hung driver does (tests/fusewedge.py).
 """
 
 from __future__ import annotations
 
-import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tests.conftest import PROJECT
 
 PROFILE = "rk3588"
 KNOBS = (
@@ -80,44 +81,51 @@ class SimulatedBoard:
 
 
 class WedgedSensor:
-    """SENSOR replaced by a FIFO while the simulator is paused (it would replace it back)."""
+    """SENSOR's folder mounted over by tests/fusewedge.py: a read of SENSOR hangs in the kernel, as
+    one from a hung driver does (a FIFO would not: mcpd opens sensors with O_NONBLOCK and reads
+    regular files only), so the control loop hangs in the read while the rest of the daemon runs on.
+    The simulator keeps writing the folder underneath.
 
-    def __init__(self, board: SimulatedBoard) -> None:
-        self.board = board
-        self.path = board.root / SENSOR
-        # A second name for the FIFO, to reach a reader still blocked on it after release().
-        self._link = self.path.with_name(".wedged")
-        board.pause()
-        self.value = self.path.read_text()
-        self.path.unlink()
-        os.mkfifo(self.path, 0o644)
-        os.link(self.path, self._link)
+    `mount_namespace` is where the wedge is mounted: the test's systemd's (/proc/PID/ns/mnt), for a
+    service started afterwards, or a running service's own (it has a private one: mounts made
+    outside after it started do not reach it)."""
 
-    def feed(self) -> bool:
-        """Hand one reading to a reader blocked on the FIFO; False if none is waiting."""
-        try:
-            fd = os.open(self._link, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no reader has it open
-                return False
-            raise
-        try:
-            os.write(fd, self.value.encode())
-        finally:
-            os.close(fd)
-        return True
+    def __init__(self, board: SimulatedBoard, mount_namespace: Path, log: Path) -> None:
+        self.folder = (board.root / SENSOR).parent
+        # Beside the board: the test (outside) and the FUSE process (inside) both see it.
+        self.control = Path(tempfile.mkdtemp(prefix="wedge-", dir=board.root.parent))
+        command = [sys.executable, "-m", "tests.fusewedge", str(mount_namespace), str(self.folder),
+                   Path(SENSOR).name, str(self.control)]  # fmt: skip
+        with open(log, "ab") as output:
+            self._process = subprocess.Popen(command, cwd=PROJECT, stderr=output)
+        inside = Path(f"/proc/{self._process.pid}/root") / str(self.folder).lstrip("/")
+        deadline = time.monotonic() + 30
+        while not os.path.ismount(inside):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the wedge did not mount:\n{log.read_text()}")
+            time.sleep(0.05)
+        # A reader that keeps the file open (mcpd does) reopens it by name once it is replaced, as
+        # the simulator replaces values; a board held at its floor may not change it for a while.
+        real = self.folder / Path(SENSOR).name
+        fd, temporary = tempfile.mkstemp(dir=self.folder)
+        with os.fdopen(fd, "wb") as file:
+            file.write(real.read_bytes())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, real)
+
+    def blocked(self) -> bool:
+        """Whether a reader is hung in the sensor's read now (or was)."""
+        return (self.control / "blocked").exists()
 
     def release(self) -> None:
-        """A regular file again (atomically, as the simulator writes), any blocked reader fed,
-        and the simulator running."""
-        fd, temporary = tempfile.mkstemp(dir=self.path.parent)
-        with os.fdopen(fd, "w") as file:
-            file.write(self.value)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, self.path)
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:
-            self.feed()
-            time.sleep(0.05)
-        self._link.unlink()
-        self.board.resume()
+        """Every hung read answered, and the folder a plain one again."""
+        (self.control / "release").touch()
+        time.sleep(0.2)  # hung reads see it within 10 ms
+        # libfuse leaves its loop on SIGTERM and unmounts, in the namespace it mounted in.
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        shutil.rmtree(self.control, ignore_errors=True)

@@ -232,20 +232,24 @@ def test_start_becomes_active_only_after_ready(system: System) -> None:
     configure(system, THROTTLE)
     # The first sample is held back: mcpd's loop blocks reading the wedged sensor, so mcpd
     # cannot have sent READY=1 yet.
-    wedged = WedgedSensor(system.board)
+    # In systemd's mount namespace: the service started next gets a copy of it, wedge included.
+    wedged = WedgedSensor(system.board, Path(f"/proc/{ns.pid}/ns/mnt"), system.root / "wedge.log")
     try:
         ns.systemctl("start", "--no-block", "mcpd.service")
         wait_for(lambda: state(system)["MainPID"] != "0", 30, "mcpd's main process")
         time.sleep(3)
         before = state(system)
         assert (before["ActiveState"], before["StatusText"]) == ("activating", "")
-        wait_for(wedged.feed, 30, "mcpd to read the sensor")
+        wait_for(wedged.blocked, 30, "mcpd to read the sensor")
     finally:
         wedged.release()
     wait_for(lambda: state(system)["ActiveState"] == "active", 30, "mcpd to become active")
     # READY=1 and the first STATUS= come in one message: active implies a status line.
     assert "MHz" in state(system)["StatusText"]
     assert "ready: rk3588" in ns.journal("mcpd.service")
+    # The service's private copy of the wedge's mount outlives the wedge (a dead FUSE mount):
+    # the next test starts a fresh one.
+    ns.systemctl("stop", "mcpd.service")
 
 
 def test_status_shows_the_status_line(system: System) -> None:
@@ -431,11 +435,17 @@ def test_clients_are_never_refused_across_a_restart(system: System) -> None:
 def test_watchdog_kills_a_hung_control_loop_and_restarts_mcpd(system: System) -> None:
     before = running(system)
     cursor = system.ns.cursor()
-    wedged = WedgedSensor(system.board)
+    # In the running service's own mount namespace: mounts made outside no longer reach it.
+    service = system.ns.path(f"/proc/{before['MainPID']}/ns/mnt")
+    wedged = WedgedSensor(system.board, service, system.root / "wedge.log")
     try:
-        wait_for(lambda: state(system)["MainPID"] != before["MainPID"], 60, "the watchdog to fire")
+        fired = lambda: "Watchdog timeout" in system.ns.journal("mcpd.service", cursor)  # noqa: E731
+        wait_for(fired, 60, "the watchdog to fire")
     finally:
+        # A read hung in a driver (here in FUSE) is not interruptible: the aborted mcpd can only
+        # go once it is answered, as with a driver that finally times out.
         wedged.release()
+    wait_for(lambda: state(system)["MainPID"] != before["MainPID"], 60, "mcpd to restart")
     wait_for(lambda: state(system)["ActiveState"] == "active", 60, "mcpd to come back")
     assert int(state(system)["NRestarts"]) == int(before["NRestarts"]) + 1
     journal = system.ns.journal("mcpd.service", cursor)
