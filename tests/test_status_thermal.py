@@ -29,7 +29,7 @@ def test_headroom_is_androids_normalization() -> None:
 
 def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> None:
     document = status.document(
-        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, {}, {}
+        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, {}, {}, {}
     )
     assert document["thermal"] == {"headroom": 0.8}
     governor = document["governor"]
@@ -37,6 +37,6 @@ def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> No
     lines = metrics.render(document, {}).splitlines()
     assert "mcpd_thermal_headroom 0.8" in lines
     assert "mcpd_external_cap_changes_total 2.0" in lines
-    unknown = status.document(snapshot(temperature_c=None), {}, {}, {})
+    unknown = status.document(snapshot(temperature_c=None), {}, {}, {}, {})
     assert unknown["thermal"] == {"headroom": None}
     assert not [x for x in metrics.render(unknown, {}).splitlines() if "headroom" in x]

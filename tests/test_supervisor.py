@@ -25,19 +25,20 @@ from tests.test_daemon import RunningDaemon
 FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite")
 
 
-def slow_model(path: Path, layers: int = 40) -> Path:
-    """x FP32 [N, 512, 512] -> y: `layers` 512x512 matrix products, seconds per row."""
+def slow_model(path: Path, layers: int = 60, size: int = 1024) -> Path:
+    """x FP32 [N, size, size] -> y: `layers` matrix products, about 130 GFLOP per row: seconds
+    even on a fast machine."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    weight = numpy_helper.from_array(np.eye(512, dtype=np.float32), "w")
+    weight = numpy_helper.from_array(np.eye(size, dtype=np.float32), "w")
     nodes, previous = [], "x"
     for layer in range(layers):
         nodes.append(helper.make_node("MatMul", [previous, "w"], [f"h{layer}"]))
         previous = f"h{layer}"
     nodes.append(helper.make_node("Identity", [previous], ["y"]))
-    shape = ["N", 512, 512]
+    shape = ["N", size, size]
     graph = helper.make_graph(
         nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [weight],
@@ -134,21 +135,23 @@ def test_a_request_in_flight_when_serving_dies_fails_at_once_and_the_next_one_is
 
     daemon, sock = served(("slow", slow_model(tmp_path / "slow.onnx")))
     child = serving_pid(sock)
-    body = np.ones((1, 512, 512), np.float32)
-    head = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512, 512],
+    body = np.ones((1, 1024, 1024), np.float32)
+    head = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1024, 1024],
                                    "parameters": {"binary_data_size": body.nbytes}}]}).encode()  # fmt: skip
     connection = http.client.HTTPConnection("localhost", timeout=60)
     connection.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.sock.connect(str(sock))
-    connection.request("POST", "/v2/models/slow/infer", head + body.tobytes(),
-                       {"Inference-Header-Content-Length": str(len(head))})  # fmt: skip
-    time.sleep(0.5)  # the model is running it now (seconds of work)
-    os.kill(child, signal.SIGKILL)
-    started = time.monotonic()
-    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
-        connection.getresponse()
-    assert time.monotonic() - started < 10, "the client hung instead of seeing the failure"
-    connection.close()
+    try:
+        connection.sock.connect(str(sock))
+        connection.request("POST", "/v2/models/slow/infer", head + body.tobytes(),
+                           {"Inference-Header-Content-Length": str(len(head))})  # fmt: skip
+        time.sleep(0.5)  # the model is running it now (seconds of work)
+        os.kill(child, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+            connection.getresponse()
+        assert time.monotonic() - started < 10, "the client hung instead of seeing the failure"
+    finally:
+        connection.close()
     new_child(daemon, sock, child, "slow")
 
 
