@@ -1,7 +1,7 @@
 """Which board this is, from the device tree, the L4T release file and the CPU vendor.
 
 `/proc/device-tree/compatible` is NUL-separated, most specific first and the SoC last; the model
-string differs between kernels, so it is reported but never matched (sysfs-layouts.md §0, §3).
+string differs between kernels, so it is reported but never matched (docs/sysfs.md §0, §3).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ _UNITS_PER_MHZ = {"cpufreq": 1_000, "devfreq": 1_000_000}
 
 # devfreq devices mcpd governs, by name token or device-tree node name: Jetson `17000000.gpu`
 # (JP6), `17000000.ga10b` (JP5), `17000000.gv11b`, `57000000.gpu`, Thor `gpu-gpc-0`; RK3588
-# `fb000000.gpu(-mali)` and `fdab0000.npu` (sysfs-layouts.md §1-3). Memory (`dmc`) and bus
+# `fb000000.gpu(-mali)` and `fdab0000.npu` (docs/sysfs.md §1-3). Memory (`dmc`) and bus
 # devfreqs are left alone: capping DDR starves every engine at once.
 _GOVERNED_TOKENS = frozenset({"gpu", "npu", "mali", "ga10b", "gv11b", "gp10b", "gb10b"})
 

@@ -8,7 +8,7 @@ from typing import Literal, Protocol
 from sensors.sysfs import Attribute
 
 # Outside this range a "temperature" is a sentinel or a broken sensor, never the die: Jetson reports
-# -256000 m°C for power-gated zones, thermal trips use -32768000 placeholders (sysfs-layouts.md §6.2).
+# -256000 m°C for power-gated zones, thermal trips use -32768000 placeholders (docs/sysfs.md §6.2).
 TEMP_MIN_C = -40.0
 TEMP_MAX_C = 150.0
 
@@ -19,7 +19,7 @@ _MILLI_MAX = round(TEMP_MAX_C * 1000)
 POWER_MAX_W = 2000.0
 
 # Rails that measure what the whole board draws, most preferred first (jtop's order: Thor INA238
-# `VIN`, JetPack 4 `POM_5V_IN`, Orin Nano/NX and Xavier NX `VDD_IN`; sysfs-layouts.md §1).
+# `VIN`, JetPack 4 `POM_5V_IN`, Orin Nano/NX and Xavier NX `VDD_IN`; docs/sysfs.md §1).
 INPUT_RAILS = ("VIN", "POM_5V_IN", "VDD_IN")
 
 PowerRole = Literal["input", "rail", "package", "subzone", "other"]

@@ -73,7 +73,7 @@ def plan_power(sensors: Sequence[PowerSensor], override: Sequence[str] = ()) -> 
         return PowerPlan((ranked[0],), False, f"board input {ranked[0]}")
     rails = tuple(s.name for s in sensors if s.role == "rail")
     if rails:
-        # AGX Orin has no input rail; jtop sums the rails too (sysfs-layouts.md §1).
+        # AGX Orin has no input rail; jtop sums the rails too (docs/sysfs.md §1).
         return PowerPlan(rails, True, "sum of rails (no board input rail)")
     packages = tuple(s.name for s in sensors if s.role == "package")
     if packages:

@@ -56,7 +56,7 @@ def _channels(device: HwmonDevice, pattern: re.Pattern[str]) -> list[tuple[int, 
 
 def is_zone_mirror(hwmon_name: str, zone_types: set[str]) -> bool:
     """The thermal core exports each zone again as an hwmon named after its type with `-` -> `_`,
-    and a 2026 patch appends `_<zone id>` (sysfs-layouts.md §0)."""
+    and a 2026 patch appends `_<zone id>` (docs/sysfs.md §0)."""
     mirrors = {zone_type.replace("-", "_") for zone_type in zone_types}
     return hwmon_name in mirrors or re.sub(r"_\d+$", "", hwmon_name) in mirrors
 
@@ -66,7 +66,7 @@ def _governs(device: HwmonDevice, label: str | None, labels: set[str]) -> bool:
         return True  # "Package id N" and "Core N" (older kernels: "Physical id N")
     if device.name == "k10temp":
         # Tctl is a control value, offset by up to +27 °C on some Ryzen/Threadripper parts; use the
-        # real die temperature where the CPU reports one (sysfs-layouts.md §5).
+        # real die temperature where the CPU reports one (docs/sysfs.md §5).
         return label == "Tdie" or (label == "Tctl" and "Tdie" not in labels)
     # A zone mirror whose zone is not exported as a thermal zone stands in for it.
     return is_soc_zone(re.sub(r"_\d+$", "", device.name).replace("_", "-"))

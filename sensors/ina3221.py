@@ -4,7 +4,7 @@
 `inN_input` (bus voltage, mV) and `currN_input` (mA). The driver exports no power attribute, so
 W = mV x mA / 1e6 (Documentation/hwmon/ina3221.rst). `in4..6` are shunt voltages and `in7`/`curr4`
 sums; they are not rails. A disabled channel answers ENODATA; NVIDIA labels unused channels `NC`
-and mainline leaves them unlabelled and disabled (sysfs-layouts.md §1).
+and mainline leaves them unlabelled and disabled (docs/sysfs.md §1).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `/sys/bus/i2c/drivers/ina3221x/<bus>-00xx/iio:deviceN/`: `rail_name_K` names rail K and
 `in_powerK_input` gives its power in mW (`in_currentK_input` mA, `in_voltageK_input` mV beside it).
 Nano: `POM_5V_IN`, `POM_5V_GPU`, `POM_5V_CPU`; Xavier NX: `VDD_IN`, `VDD_CPU_GPU_CV`, `VDD_SOC`
-(sysfs-layouts.md §2). JetPack 5 replaced this driver with the mainline hwmon one (ina3221.py).
+(docs/sysfs.md §2). JetPack 5 replaced this driver with the mainline hwmon one (ina3221.py).
 """
 
 from __future__ import annotations

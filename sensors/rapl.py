@@ -5,7 +5,7 @@ RAPL exports energy, not power: W = delta(energy_uj) / delta(t). The counter wra
 100 ms sampling it can wrap at most once between samples. `energy_uj` is root-only since Linux 5.10
 (CVE-2020-8694), which the tolerant read reports as unavailable. AMD exposes the same files through
 `intel_rapl_msr`. `intel-rapl-mmio:N` duplicates the MSR package domain on newer Intel parts and is
-skipped so that no power is counted twice (sysfs-layouts.md §4-5).
+skipped so that no power is counted twice (docs/sysfs.md §4-5).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Thermal zones: /sys/class/thermal/thermal_zoneN/{type,temp,mode}.
 
 Zones are found by their `type`, never by index: zone numbers change across kernels and boots
-(sysfs-layouts.md §6.5). A zone whose `mode` is `disabled` may answer EINVAL on `temp`; the
+(docs/sysfs.md §6.5). A zone whose `mode` is `disabled` may answer EINVAL on `temp`; the
 tolerant read turns that into "unavailable", so `mode` itself needs no reading.
 """
 
@@ -20,7 +20,7 @@ _ZONE_DIR = re.compile(r"thermal_zone\d+$")
 # `gpu-thermal`, `cv0-thermal`, `soc0-thermal`, `tj-thermal`; JP4/JP5 `CPU-therm`, `AO-therm`,
 # `PLL-therm`, `AUX-therm`, `Tdiode_tegra`, JP5 Orin upper-case `CPU`/`CV0`/`SOC0`/`tj`; TX2
 # `BCPU-therm`/`MCPU-therm`; RK3588 BSP `soc-thermal`, `bigcore0-thermal`, `littlecore-thermal`,
-# `center-thermal`, `npu-thermal`, mainline `package-thermal` (sysfs-layouts.md §1-3).
+# `center-thermal`, `npu-thermal`, mainline `package-thermal` (docs/sysfs.md §1-3).
 _SOC_PREFIXES = (
     "cpu",
     "bcpu",

@@ -1,7 +1,7 @@
-"""Fixture trees of real boards (transcribed from sysfs-layouts.md) and the exact readings expected.
+"""Fixture trees of real boards (transcribed from docs/sysfs.md) and the exact readings expected.
 
 hwmon and thermal_zone numbers are deliberately scattered and differ between boards: nothing may
-depend on them (sysfs-layouts.md §6.5).
+depend on them (docs/sysfs.md §6.5).
 """
 
 from __future__ import annotations

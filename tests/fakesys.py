@@ -1,6 +1,6 @@
 """Writes fake sysfs/procfs trees for tests, with the kernel's own file names and formats.
 
-Independent of the simulator on purpose: the fixtures are transcribed from sysfs-layouts.md, so a
+Independent of the simulator on purpose: the fixtures are transcribed from docs/sysfs.md, so a
 mistake shared by the simulator and the readers cannot hide. Values are written exactly as the
 kernel prints them (decimal + "\\n", cpufreq tables "a b \\n", devfreq tables "a b\\n", device-tree
 strings NUL-terminated); class entries are relative symlinks into /sys/devices.

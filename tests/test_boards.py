@@ -1,4 +1,4 @@
-"""Every board layout of the reference: exact readings, governing choices, domains, platform."""
+"""Every board layout of docs/sysfs.md: exact readings, governing choices, domains, platform."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Section 6 of sysfs-layouts.md: what real kernels do to sensor files, and how readers cope.
+"""Section 6 of docs/sysfs.md: what real kernels do to sensor files, and how readers cope.
 
 Error codes come from real read(2) calls through a FUSE overlay of the fixture tree.
 """

@@ -1,5 +1,5 @@
 """The HTTP/1.1 endpoints: Open Inference Protocol (KServe v2), Triton's binary tensor data and
-system shared memory extensions, and mcpd's own status and metrics (serving-protocol.md §1, §2).
+system shared memory extensions, and mcpd's own status and metrics (docs/serving-protocol.md §1, §2).
 
 Every error is the protocol's {"error": "..."} with the status Triton would use; nothing a client
 sends can raise past the middleware.

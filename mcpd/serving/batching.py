@@ -1,6 +1,6 @@
 """The dynamic batching rule, pure: what is queued and what time it is in, what to do out.
 
-Triton's dynamic batcher (serving-protocol.md §3), with the governor's current batch size as the
+Triton's dynamic batcher (docs/serving-protocol.md §3), with the governor's current batch size as the
 maximum: requests are taken in arrival order;
 - a batch that reaches the size limit, or that cannot grow (the next request does not fit or has
   other non-batch dimensions), is sent at once;

@@ -1,5 +1,5 @@
 """Inference requests in, responses out: JSON tensors, Triton's binary tensor data extension and
-shared memory references (serving-protocol.md §1.3, §2.1, §2.2).
+shared memory references (docs/serving-protocol.md §1.3, §2.1, §2.2).
 
 Decoding checks everything before anything runs (names, datatypes, shapes, byte counts, limits) and
 names what is wrong; numbers arrive as numpy arrays that view the request body where they can,

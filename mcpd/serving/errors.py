@@ -1,6 +1,6 @@
 """The one error type a request can end in, carrying the HTTP status the protocol maps it to.
 
-Statuses follow Triton's mapping (serving-protocol.md §1.5): 400 bad request (the default), 404
+Statuses follow Triton's mapping (docs/serving-protocol.md §1.5): 400 bad request (the default), 404
 unknown model or region, 413 too large, 503 unavailable (queue full, not ready, timed out, shutting
 down), 500 a model that failed while running.
 """

@@ -1,4 +1,4 @@
-"""Triton's system shared memory extension (serving-protocol.md §2.2): clients register POSIX
+"""Triton's system shared memory extension (docs/serving-protocol.md §2.2): clients register POSIX
 shared memory objects (/dev/shm/KEY) by name and pass tensors through them instead of the socket.
 
 The object stays the client's: it can shrink it (ftruncate) at any moment. A mapping would then

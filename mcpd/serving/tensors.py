@@ -1,4 +1,4 @@
-"""Tensor descriptions and the protocol's datatype names (serving-protocol.md §1.4).
+"""Tensor descriptions and the protocol's datatype names (docs/serving-protocol.md §1.4).
 
 BYTES (variable-length strings) and BF16 (no numpy dtype) are not served: a model using them fails
 to load with a message that says so.

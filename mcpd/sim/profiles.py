@@ -1,6 +1,6 @@
-"""Simulated boards: their sysfs layout (from sysfs-layouts.md) and their plant constants.
+"""Simulated boards: their sysfs layout (from docs/sysfs.md) and their plant constants.
 
-Layout facts follow the reference; where it marks a fact UNCONFIRMED (Orin zone order beyond 0/1,
+Layout facts follow docs/sysfs.md; where it marks a fact UNCONFIRMED (Orin zone order beyond 0/1,
 Orin cpufreq tables and policy split) the choice is noted. Plant constants are chosen per board so
 that, under sustained full load with no governor, the hottest SoC sensor passes 85 °C within about
 a minute of simulated time and settles well above it (about 100 °C): R_th = 75 K / full-load SoC

@@ -233,7 +233,7 @@ class BoardTree:
         for channel, rail in enumerate(rails):
             assert rail.label is not None
             self.write(f"{rel}/rail_name_{channel}", f"{rail.label}\n")
-            # JetPack 4 limit files carry a unit word (sysfs-layouts.md §2).
+            # JetPack 4 limit files carry a unit word (docs/sysfs.md §2).
             self.write(f"{rel}/crit_current_limit_{channel}", "32760 ma\n")
             self.write(f"{rel}/warn_current_limit_{channel}", "32760 ma\n")
             self.dynamic(

@@ -1,5 +1,5 @@
 """onnxruntime backend: provider order TensorRT -> CUDA -> CPU where available, threads, graph
-optimization level and an optimized-model cache (serving-protocol.md §5).
+optimization level and an optimized-model cache (docs/serving-protocol.md §5).
 
 Session.run releases the GIL and is thread-safe (onnxruntime PR #19301), so batches run on the
 model's worker thread while the event loop and the control loop carry on.
@@ -88,7 +88,7 @@ def plan_providers(
 
 def trt_profile(inputs: Sequence[TensorSpec], max_batch: int) -> dict[str, str]:
     """Pin TensorRT's optimization profile to batch 1..max_batch so that no batch size the governor
-    picks makes it rebuild the engine at run time (§5.3). Only possible with static other dims."""
+    picks makes it rebuild the engine at run time (docs/serving-protocol.md §5.3). Only possible with static other dims."""
     if any(-1 in spec.shape[1:] for spec in inputs):
         return {}
 

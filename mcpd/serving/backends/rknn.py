@@ -1,7 +1,7 @@
 """RKNN backend (RK3588/RK3576 NPU) through rknn-toolkit-lite2's `RKNNLite`.
 
 UNTESTED ON HARDWARE: it is written to the documented contract of rknn-toolkit-lite2 2.3.2
-(serving-protocol.md §4) and tested against a fake module that enforces that contract. Every
+(docs/serving-protocol.md §4) and tested against a fake module that enforces that contract. Every
 RKNNLite call reports failure by a return code (-1) or None, never an exception, so each one is
 checked here. Inputs are declared in the config (RKNNLite cannot describe them); outputs are learned
 from one warm-up inference with zeros, which also proves the runtime works before we say "ready".

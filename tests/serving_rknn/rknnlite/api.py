@@ -1,5 +1,5 @@
 """A fake `rknnlite.api.RKNNLite` that enforces the documented contract of rknn-toolkit-lite2 2.3.2
-(serving-protocol.md §4), so the RKNN backend is tested against the behaviour it will meet:
+(docs/serving-protocol.md §4), so the RKNN backend is tested against the behaviour it will meet:
 
 - no method raises: failures are logged and reported as -1 (load_rknn, init_runtime) or None
   (inference), exactly as the real wrapper catches its exceptions;
