@@ -30,19 +30,28 @@ from mcpd.serving.service import InferenceService
 log = logging.getLogger("mcpd.serving")
 
 NICE = 5
-"""How much nicer than normal the serving process runs; its inference threads go further."""
+"""How much nicer than the governor the serving process runs when the governor could not get
+real-time scheduling; its inference threads go further still (mcpd.serving.worker)."""
 STATS_S = 1.0
 CONFIG_TIMEOUT_S = 30.0
 
 
 def lower_own_priority() -> None:
     """Normal scheduling (posix_spawn already asked for it; a process started by hand from a
-    real-time shell has not) and a nicer priority than the governor."""
+    real-time shell has not), and below the governor. A real-time governor is above every normal
+    task already, so serving keeps the normal priority, as the board's other programs have (a
+    nicer one would hand them most of the CPU: half the throughput beside a busy simulator, in
+    bench/governor.py); a governor that runs at normal priority gets serving NICE levels below it."""
     with contextlib.suppress(OSError):
         if os.sched_getscheduler(0) != os.SCHED_OTHER:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), NICE))
+    try:
+        governor_realtime = os.sched_getscheduler(os.getppid()) in (os.SCHED_FIFO, os.SCHED_RR)
+    except OSError:
+        governor_realtime = False
+    if not governor_realtime:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), NICE))
 
 
 class Serving:

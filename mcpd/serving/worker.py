@@ -29,14 +29,14 @@ log = logging.getLogger("mcpd.serving")
 PEAK_WINDOW_S = 1.0
 """How far back the recent peak of requests in the system reaches (see batching.decide)."""
 INFERENCE_NICE = 5
-"""How much nicer than the daemon inference threads run (see lower_priority)."""
+"""How much nicer than the serving process's main thread inference threads run (lower_priority)."""
 
 
 def lower_priority() -> None:
-    """Make the calling thread nicer than the daemon's main thread, and with it the threads it
-    creates (onnxruntime's intra-op pool is created by the thread that loads the session). A model
-    saturating every core then still yields the CPU at once to the control loop and to the HTTP
-    server, which run at the daemon's own priority."""
+    """Make the calling thread nicer than the serving process's main thread, and with it the
+    threads it creates (onnxruntime's intra-op pool is created by the thread that loads the
+    session). A model saturating every core then still yields the CPU at once to the HTTP server,
+    which runs at the process's own priority (the governor is another process)."""
     main = os.getpriority(os.PRIO_PROCESS, os.getpid())
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, main + INFERENCE_NICE))
