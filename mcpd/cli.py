@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from mcpd import __version__, config, domains
+from mcpd import __version__, config, domains, optimize
 from mcpd.baseline import Baseline
 
 log = logging.getLogger("mcpd")
@@ -234,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--step-ms", type=float, default=50.0)
     sim.set_defaults(func=cmd_sim, default_level="info")
+
+    optimize.add_parser(commands)
     return parser
 
 
