@@ -5,7 +5,9 @@ caller."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,19 +123,21 @@ def int8(
         "WeightSymmetric": True,
         "CalibMovingAverage": False,
     }
-    quantize_static(
-        str(source),
-        str(target),
-        _Reader(calibration),
-        quant_format=QuantFormat.QDQ,
-        per_channel=recipe.per_channel,
-        activation_type=QuantType.QUInt8 if recipe.activations == "u8" else QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        nodes_to_exclude=list(recipe.exclude),
-        calibrate_method=METHODS[recipe.method],
-        extra_options=extra,
-        calibration_cache_path=str(cache),
-    )
+    # The calibrators print their progress to stdout, which belongs to --json.
+    with contextlib.redirect_stdout(sys.stderr):
+        quantize_static(
+            str(source),
+            str(target),
+            _Reader(calibration),
+            quant_format=QuantFormat.QDQ,
+            per_channel=recipe.per_channel,
+            activation_type=QuantType.QUInt8 if recipe.activations == "u8" else QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=list(recipe.exclude),
+            calibrate_method=METHODS[recipe.method],
+            extra_options=extra,
+            calibration_cache_path=str(cache),
+        )
     return target
 
 

@@ -20,7 +20,13 @@ import onnx
 
 from mcpd.optimize import candidates
 from mcpd.optimize.candidates import Int8Recipe
-from mcpd.optimize.interface import Interface, check_same, interface, restore_interface
+from mcpd.optimize.interface import (
+    Interface,
+    OptimizeError,
+    check_same,
+    interface,
+    restore_interface,
+)
 from mcpd.optimize.measure import Accuracy, Outputs, compare, latencies_ms, outputs
 from mcpd.optimize.samples import Sample
 from mcpd.optimize.sensitivity import Sensitivity, rank
@@ -117,10 +123,30 @@ class Search:
         if not self._within_budget(recipe.label):
             return None
         self.progress(f"building {recipe.label}")
-        path = candidates.int8(
-            source, self._file(recipe.label), self.calibration, recipe, self.workdir
+        return self._attempt(
+            recipe.label,
+            "int8",
+            lambda: candidates.int8(
+                source, self._file(recipe.label), self.calibration, recipe, self.workdir
+            ),
+            recipe.exclude,
         )
-        return self._evaluate(recipe.label, "int8", path, recipe.exclude)
+
+    def _attempt(
+        self,
+        label: str,
+        precision: str,
+        build: Callable[[], Path],
+        fp32_nodes: tuple[str, ...] = (),
+    ) -> Candidate | None:
+        """Build and evaluate one candidate; one that the toolkit cannot build or onnxruntime
+        cannot run is reported and skipped, never fatal (the FP32 candidate remains)."""
+        try:
+            return self._evaluate(label, precision, build(), fp32_nodes)
+        except Exception as exc:  # quantizers and sessions raise anything from odd graphs
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self.progress(f"{label}: failed ({first}); skipped")
+            return None
 
     def _search_int8(self) -> None:
         gpu = self.options.target in GPU_TARGETS
@@ -150,7 +176,7 @@ class Search:
         self.sensitivity = tuple(rank(pre, best.path, self.validation[:8]))
         count = 1
         while count <= len(self.sensitivity):
-            exclude = tuple(s.node for s in self.sensitivity[:count])
+            exclude = tuple(dict.fromkeys(n for s in self.sensitivity[:count] for n in s.keep_fp32))
             source = pre if recipe.preprocessed else raw
             mixed = self._int8(source, replace(recipe, exclude=exclude))
             if mixed is None or mixed.accepted:
@@ -166,7 +192,11 @@ class Search:
         self.progress(
             f"reference: {self.model_path.name} on {len(self.validation)} held-out samples"
         )
-        self.reference = outputs(self.model_path, self.validation)
+        try:
+            self.reference = outputs(self.model_path, self.validation)
+        except Exception as exc:  # onnxruntime's Fail, InvalidArgument, NotImplemented, ...
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise OptimizeError(f"{self.model_path}: onnxruntime cannot run it ({first})") from None
         gpu = self.options.target in GPU_TARGETS
         fp32 = candidates.graph_optimized(
             self.model_path, self._file("fp32"), "basic" if gpu else "extended"
@@ -180,11 +210,15 @@ class Search:
             if weights == 0:
                 self.progress("int4: no MatMul with large constant weights to quantize")
             elif self._within_budget("int4"):
-                path = candidates.int4(self.model_path, self._file("int4"))
-                self._evaluate("int4 weight-only MatMulNBits", "int4", path)
+                self._attempt(
+                    "int4 weight-only MatMulNBits",
+                    "int4",
+                    lambda: candidates.int4(self.model_path, self._file("int4")),
+                )
         if wanted == "fp16" or (wanted == "auto" and gpu):
-            path = candidates.fp16(self.model_path, self._file("fp16"))
-            self._evaluate("fp16", "fp16", path)
+            self._attempt(
+                "fp16", "fp16", lambda: candidates.fp16(self.model_path, self._file("fp16"))
+            )
         reference_ms = self._time_all()
         return Outcome(
             reference_ms, self._choose(reference_ms), tuple(self.results), self.sensitivity

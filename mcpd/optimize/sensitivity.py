@@ -24,6 +24,9 @@ class Sensitivity:
     node: str
     op_type: str
     added_error: float  # 1 − cosine of its output, minus that of its worst input
+    # The node and the producers of the activations it reads: QDQ quantizes a tensor once for all
+    # its readers, so an input stays 8-bit while its producer is quantized.
+    keep_fp32: tuple[str, ...]
 
 
 def _quantized_nodes(quantized: onnx.ModelProto) -> set[str]:
@@ -70,6 +73,7 @@ def rank(fp32_path: Path, int8_path: Path, samples: list[Sample]) -> list[Sensit
     }
     int8_tensors = {name for node in quantized.graph.node for name in node.output}
     nodes = [n for n in fp32.graph.node if n.name in in_int8 and n.output[0] in types]
+    producer = {out: n.name for n in fp32.graph.node for out in n.output}
     probes: dict[str, list[str]] = {
         n.name: [i for i in n.input if i in types and i not in weights and i in int8_tensors]
         for n in nodes
@@ -98,6 +102,7 @@ def rank(fp32_path: Path, int8_path: Path, samples: list[Sample]) -> list[Sensit
             n.name,
             n.op_type,
             error.get(n.output[0], 0.0) - max((error[i] for i in probes[n.name]), default=0.0),
+            (n.name, *(producer[i] for i in probes[n.name] if i in producer)),
         )
         for n in nodes
         if n.output[0] in error
