@@ -93,8 +93,24 @@ def preprocess(source: Path, target: Path) -> Path:
         quant_pre_process(str(source), str(target), skip_symbolic_shape=True)
     model = onnx.load(str(target))
     name_nodes(model)
-    onnx.save(model, str(target))
+    onnx.save(_at_least_opset_13(model), str(target))
     return target
+
+
+def _at_least_opset_13(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Per-channel QDQ needs DequantizeLinear's `axis`, which exists from opset 13; older models
+    (PaddlePaddle exports are often opset 11) are converted first, else the quantizer writes a
+    graph onnxruntime rejects."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset >= 13:
+        return model
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, 13)
+    except Exception as exc:  # the converter lacks adapters for some ops
+        log.info("opset %d -> 13 conversion failed (%s); keeping opset %d", opset, exc, opset)
+        return model
 
 
 def graph_optimized(source: Path, target: Path, level: str = "extended") -> Path:

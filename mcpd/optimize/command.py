@@ -156,8 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
     def progress(line: str) -> None:
-        if not args.json or sys.stderr.isatty():
-            print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
+        print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="mcpd-optimize-") as scratch:
         search = Search(
