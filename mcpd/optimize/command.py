@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from mcpd.optimize import interface, samples
+    from mcpd.optimize.measure import outputs
     from mcpd.optimize.search import Search
 
     options = _options(args)
@@ -153,6 +154,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     found = samples.load(Path(args.calibration), spec.inputs, preprocess)
     calibration, validation = samples.split(found)
+    try:
+        outputs(model_path, validation[:1])
+    except Exception as exc:  # onnxruntime's Fail, InvalidArgument, NotImplemented, ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OptimizeError(f"{model_path}: onnxruntime cannot run it ({first})") from None
     started = time.monotonic()
 
     def progress(line: str) -> None:
