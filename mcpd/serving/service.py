@@ -12,6 +12,7 @@ from aiohttp import web
 
 from mcpd.config import Config
 from mcpd.events import EventBus
+from mcpd.optimize.background import Optimizer
 from mcpd.serving.app import Endpoints
 from mcpd.serving.listen import Listener, listen
 from mcpd.serving.repository import Repository
@@ -37,7 +38,12 @@ class InferenceService:
         shm_root: str = "/dev/shm",
     ) -> None:
         self.config = config
-        self.repository = Repository(batch_size, events, config.daemon.max_request_bytes)
+        self.repository = Repository(
+            batch_size,
+            events,
+            config.daemon.max_request_bytes,
+            Optimizer(config.daemon.state_dir),
+        )
         self.shm = SharedMemory(shm_root)
         self.endpoints = Endpoints(
             self.repository, self.shm, status, config.daemon.max_request_bytes
