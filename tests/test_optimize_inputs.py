@@ -243,3 +243,29 @@ def test_latencies_are_medians_of_interleaved_runs(tmp_path: Path) -> None:
     assert result == [1000.0, 1000.0]
     # The deadline, 5 rounds × 2 models × 2 readings, then one budget check that stops it.
     assert next(ticks) == 1 + 5 * 2 * 2 + 1
+
+
+def test_choice_is_the_fastest_accepted_and_never_slower_than_the_original(
+    tmp_path: Path,
+) -> None:
+    import onnx
+
+    from mcpd.optimize.measure import Accuracy
+    from mcpd.optimize.search import Candidate, Options, Search
+
+    path = models.cnn(tmp_path / "m.onnx")
+    sample = {"image": models.cnn_samples(1)[0][np.newaxis]}
+    search = Search(path, onnx.load(str(path)), [sample], [sample], Options(), tmp_path)
+    search.reference = [[np.ones((1, 10), np.float32)]]
+    good, bad = Accuracy({"scores": 1.0}, 0.0, 1.0), Accuracy({"scores": 0.5}, 1.0, 0.5)
+
+    def candidate(label: str, ms: float, accuracy: Accuracy) -> Candidate:
+        return Candidate(label, "int8", tmp_path / label, ms, accuracy, accuracy is good)
+
+    search.results = [candidate("slow", 9.0, good), candidate("fast", 7.0, good)]
+    search.results.append(candidate("fastest but inaccurate", 1.0, bad))
+    assert search._choose(10.0).label == "fast"
+    search.results = [candidate("accepted, slower than the original", 11.0, good)]
+    chosen = search._choose(10.0)
+    assert (chosen.label, chosen.path, chosen.latency_ms) == ("original (unchanged)", path, 10.0)
+    assert chosen in search.results  # reported among the candidates

@@ -87,6 +87,7 @@ class Search:
         self.deadline = 0.0
         self.results: list[Candidate] = []
         self.reference: Outputs = []
+        self.reference_ms = 0.0
         self.sensitivity: tuple[Sensitivity, ...] = ()
 
     @property
@@ -109,10 +110,15 @@ class Search:
         got = outputs(path, self.validation)
         accuracy = compare(self.reference, got, self.interface.outputs)
         ok = accuracy.meets(self.options.min_cosine, self.options.min_top1)
-        result = Candidate(label, precision, path, None, accuracy, ok, fp32_nodes)
+        ms = None
+        if self.measures_latency:  # beside the original, for the search's own decisions
+            reference_ms, ms = latencies_ms([self.model_path, path], self.validation[0], 10, 5.0)
+            ms = ms / reference_ms * self.reference_ms
+        result = Candidate(label, precision, path, ms, accuracy, ok, fp32_nodes)
         self.results.append(result)
         verdict = "meets the gate" if ok else "below the gate"
-        self.progress(f"{label}: cosine {accuracy.cosine_min:.4f} — {verdict}")
+        speed = "" if ms is None else f"{self.reference_ms / ms:.2f}x, "
+        self.progress(f"{label}: {speed}cosine {accuracy.cosine_min:.4f} — {verdict}")
         return result
 
     def _file(self, label: str) -> Path:
@@ -166,23 +172,38 @@ class Search:
                 Int8Recipe(activations="u8", preprocessed=False),
             ]
         )
-        tried = [r for r in (self._int8(pre if b.preprocessed else raw, b) for b in base) if r]
-        if not tried or any(r.accepted for r in tried):
+        tried: list[tuple[Int8Recipe, Candidate]] = []
+        for recipe in base:
+            built = self._int8(pre if recipe.preprocessed else raw, recipe)
+            if built is not None:
+                tried.append((recipe, built))
+        if not tried:
             return
-        best = max(tried, key=lambda r: r.accuracy.cosine_min)
-        recipe = base[tried.index(best)]
-        self.progress("per-layer sensitivity")
-        self.sensitivity = tuple(rank(pre, best.path, self.validation[:8]))
+        # Mixed precision starts from the variant worth rescuing: the fastest one (CPU) when it
+        # fails the gate and no accepted variant is as fast, else the most accurate one.
+        accepted = [c for _, c in tried if c.accepted]
+        if self.measures_latency:
+            recipe, start = min(tried, key=lambda t: t[1].latency_ms or math.inf)
+            if start.accepted or any(c.latency_ms == start.latency_ms for c in accepted):
+                return
+        else:
+            if accepted:
+                return
+            recipe, start = max(tried, key=lambda t: t[1].accuracy.cosine_min)
+        source = pre if recipe.preprocessed else raw
+        self.progress(f"per-layer sensitivity of {recipe.label}")
+        self.sensitivity = tuple(rank(source, start.path, self.validation[:8]))
         count = 1
         while count <= len(self.sensitivity):
-            exclude = tuple(dict.fromkeys(n for s in self.sensitivity[:count] for n in s.keep_fp32))
-            source = pre if recipe.preprocessed else raw
-            mixed = self._int8(source, replace(recipe, exclude=exclude))
+            keep = (n for s in self.sensitivity[:count] for n in s.keep_fp32)
+            mixed = self._int8(source, replace(recipe, exclude=tuple(dict.fromkeys(keep))))
             if mixed is None or mixed.accepted:
                 return
             count *= 2
+        if accepted:
+            return
         for method in ("percentile", "entropy"):
-            found = self._int8(pre, replace(recipe, method=method))
+            found = self._int8(source, replace(recipe, method=method))
             if found is not None and found.accepted:
                 return
 
@@ -192,6 +213,8 @@ class Search:
             f"reference: {self.model_path.name} on {len(self.validation)} held-out samples"
         )
         self.reference = outputs(self.model_path, self.validation)
+        if self.measures_latency:
+            (self.reference_ms,) = latencies_ms([self.model_path], self.validation[0], 10, 5.0)
         gpu = self.options.target in GPU_TARGETS
         fp32 = candidates.graph_optimized(
             self.model_path, self._file("fp32"), "basic" if gpu else "extended"
@@ -215,9 +238,8 @@ class Search:
                 "fp16", "fp16", lambda: candidates.fp16(self.model_path, self._file("fp16"))
             )
         reference_ms = self._time_all()
-        return Outcome(
-            reference_ms, self._choose(reference_ms), tuple(self.results), self.sensitivity
-        )
+        chosen = self._choose(reference_ms)
+        return Outcome(reference_ms, chosen, tuple(self.results), self.sensitivity)
 
     def _time_all(self) -> float | None:
         """Latency of the original and every candidate, side by side (CPU targets only)."""
@@ -231,25 +253,20 @@ class Search:
         ]
         return reference
 
+    def _original(self, reference_ms: float | None) -> Candidate:
+        exact = compare(self.reference, self.reference, self.interface.outputs)
+        return Candidate("original (unchanged)", "fp32", self.model_path, reference_ms, exact, True)
+
     def _choose(self, reference_ms: float | None) -> Candidate:
+        """The fastest accepted candidate if it beats the original (CPU); on GPU targets the
+        lowest accepted precision; else the original itself, unchanged."""
         accepted = [r for r in self.results if r.accepted]
-        if not accepted:  # not even FP32 reordering meets the gate: the original, unchanged
-            accuracy = Accuracy(
-                {
-                    s.name: 1.0
-                    for s in self.interface.outputs
-                    if s.dtype is not None and s.dtype.kind == "f"
-                },
-                0.0,
-                None,
-            )
-            return Candidate("original", "fp32", self.model_path, reference_ms, accuracy, True)
         if self.measures_latency:
-            # A lower precision must beat the original itself, not only the FP32 rewrite.
-            faster = [
-                r
-                for r in accepted
-                if r.precision == "fp32" or (r.latency_ms or math.inf) < (reference_ms or 0.0)
-            ]
-            return min(faster or accepted, key=lambda r: r.latency_ms or math.inf)
-        return min(accepted, key=lambda r: GPU_RANK[r.precision])
+            best = min(accepted, key=lambda r: r.latency_ms or math.inf, default=None)
+            if best is not None and (best.latency_ms or math.inf) < (reference_ms or 0.0):
+                return best
+        elif accepted:
+            return min(accepted, key=lambda r: GPU_RANK[r.precision])
+        original = self._original(reference_ms)
+        self.results.append(original)
+        return original
