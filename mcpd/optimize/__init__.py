@@ -19,8 +19,14 @@ def _run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from mcpd.optimize.sweep import run
+
+    return run(args)
+
+
 def add_parser(commands: Any) -> None:
-    """Add `optimize` to the `mcpd` command's subparsers."""
+    """Add `optimize` and `bench` to the `mcpd` command's subparsers."""
     parser = commands.add_parser(
         "optimize",
         help="build the fastest model that still answers the same (INT8/INT4/FP16, measured)",
@@ -49,3 +55,16 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     # onnxruntime's quantizer logs advice to the root logger at warning level; progress is our own.
     parser.set_defaults(func=_run, default_level="error")
+
+    bench = commands.add_parser(
+        "bench",
+        help="throughput-latency sweep (model files x batch x threads) and its Pareto frontier",
+    )
+    bench.add_argument("models", nargs="+", metavar="MODEL",
+                       help="ONNX files, e.g. the original and what mcpd optimize wrote")  # fmt: skip
+    bench.add_argument("--batch", default="1,2,4,8", help="batch sizes (default 1,2,4,8)")
+    bench.add_argument("--threads", default="1,2", help="intra-op threads (default 1,2)")
+    bench.add_argument("--seconds", type=float, default=1.0, help="per point (default 1)")
+    bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    bench.add_argument("--plot", metavar="FILE.png", help="plot the sweep (needs matplotlib)")
+    bench.set_defaults(func=_bench, default_level="error")
