@@ -131,7 +131,11 @@ CASES: dict[str, tuple[Setup, str]] = {
     "images without preprocess": (_images_without_preprocess, "images need a preprocessing"),
     "broken image": (_broken_image, "scene00.png: not a readable image"),
     "unknown target": (_flag("--target", "npu9000"), "--target 'npu9000': unknown target"),
-    "rk3588": (_flag("--target", "rk3588"), "--target rk3588: not supported by this version"),
+    "rk3588 without toolkit": (
+        _flag("--target", "rk3588"),
+        "--target rk3588 needs rknn-toolkit2 in its own virtual environment",
+    ),
+    "rk3588 int4": (_flag("--target", "rk3588", "--precision", "int4"), "take auto, int8 or fp16"),
     "unknown precision": (_flag("--precision", "int3"), "--precision 'int3': unknown precision"),
     "min cosine": (_flag("--min-cosine", "1.5"), "--min-cosine 1.5: must be between 0 and 1"),
     "bad preprocess": (_flag("--preprocess", "size=32 order=cmyk"), "order must be rgb or bgr"),
@@ -142,8 +146,9 @@ CASES: dict[str, tuple[Setup, str]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_exits_2_with_one_line(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("MCPD_RKNN_PYTHON", str(tmp_path / "no-toolkit" / "python"))
     setup, message = CASES[case]
     args = setup(tmp_path)
     out = tmp_path / "out"

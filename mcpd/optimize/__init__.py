@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-TARGETS = ("cpu", "cuda", "tensorrt", "rk3588")
+ROCKCHIP = ("rk3588", "rk3576", "rk3568", "rk3566", "rk3562")  # rknn-toolkit2's NPUs
+TARGETS = ("cpu", "cuda", "tensorrt", *ROCKCHIP)
 PRECISIONS = ("auto", "fp32", "fp16", "int8", "int4")
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcpd.optimize import PRECISIONS, TARGETS
+from mcpd.optimize import PRECISIONS, ROCKCHIP, TARGETS
 from mcpd.optimize.interface import OptimizeError
 
 
@@ -25,10 +25,9 @@ def _options(args: argparse.Namespace) -> Any:
         raise OptimizeError(
             f"--target {args.target!r}: unknown target (one of {', '.join(TARGETS)})"
         )
-    if args.target == "rk3588":
+    if args.target in ROCKCHIP and args.precision not in ("auto", "int8", "fp16"):
         raise OptimizeError(
-            "--target rk3588: not supported by this version (rknn-toolkit2 conversion is planned; "
-            "convert with rknn-toolkit2 in its own virtual environment meanwhile)"
+            f"--precision {args.precision}: the NPU targets take auto, int8 or fp16"
         )
     if args.precision not in PRECISIONS:
         raise OptimizeError(
@@ -39,7 +38,14 @@ def _options(args: argparse.Namespace) -> Any:
             raise OptimizeError(f"{flag} {value}: must be between 0 and 1")
     if not (math.isfinite(args.budget) and args.budget > 0):
         raise OptimizeError(f"--budget {args.budget}: must be a positive number of seconds")
-    return Options(args.target, args.precision, args.min_cosine, args.min_top1, args.budget)
+    toolkit = None
+    if args.target in ROCKCHIP:
+        from mcpd.optimize.rknn import toolkit_python
+
+        toolkit = toolkit_python()
+    return Options(
+        args.target, args.precision, args.min_cosine, args.min_top1, args.budget, toolkit
+    )
 
 
 def _write(source: Path, out: Path, name: str) -> Path:
@@ -169,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
             model_path, model, calibration, validation, options, Path(scratch), progress
         )
         outcome = search.run()
-        name = f"{model_path.stem}.{outcome.chosen.precision}.onnx"
+        name = f"{model_path.stem}.{outcome.chosen.precision}{outcome.chosen.path.suffix}"
         written = _write(outcome.chosen.path, out, name)
     doc = document(model_path, written, options.target, outcome)
     print(json.dumps(doc, indent=2) if args.json else table(doc))

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import onnx
 
-from mcpd.optimize import candidates
+from mcpd.optimize import candidates, rknn
 from mcpd.optimize.candidates import Int8Recipe
 from mcpd.optimize.interface import (
     Interface,
+    OptimizeError,
     check_same,
     interface,
     restore_interface,
@@ -42,6 +43,7 @@ class Options:
     min_cosine: float = 0.98
     min_top1: float = 0.97
     budget_s: float = 150.0
+    toolkit: Path | None = None  # rknn-toolkit2's python, for the Rockchip NPU targets
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ class Search:
             f"reference: {self.model_path.name} on {len(self.validation)} held-out samples"
         )
         self.reference = outputs(self.model_path, self.validation)
+        if self.options.toolkit is not None:
+            return self._search_rknn(self.options.toolkit)
         if self.measures_latency:
             (self.reference_ms,) = latencies_ms([self.model_path], self.validation[0], 10, 5.0)
         gpu = self.options.target in GPU_TARGETS
@@ -240,6 +244,30 @@ class Search:
         reference_ms = self._time_all()
         chosen = self._choose(reference_ms)
         return Outcome(reference_ms, chosen, tuple(self.results), self.sensitivity)
+
+    def _search_rknn(self, toolkit: Path) -> Outcome:
+        def gate(accuracy: Accuracy) -> bool:
+            return accuracy.meets(self.options.min_cosine, self.options.min_top1)
+
+        built = rknn.convert(
+            self.model_path, self.interface, self.calibration, self.validation, self.reference,
+            self.options.target, self.workdir, gate, self.progress, toolkit,
+            ("int8", "fp16") if self.options.precision == "auto" else (self.options.precision,),
+        )  # fmt: skip
+        for label, precision, path, accuracy in built:
+            if accuracy is not None:
+                self.results.append(
+                    Candidate(label, precision, path, None, accuracy, gate(accuracy))
+                )
+        accepted = [r for r in self.results if r.accepted]
+        if not accepted:
+            best = max((r.accuracy.cosine_min for r in self.results), default=None)
+            raise OptimizeError(
+                f"no {self.options.target} build met the accuracy gate"
+                + (f" (best cosine {best:.4f})" if best is not None else "")
+            )
+        chosen = min(accepted, key=lambda r: GPU_RANK[r.precision])
+        return Outcome(None, chosen, tuple(self.results), ())
 
     def _time_all(self) -> float | None:
         """Latency of the original and every candidate, side by side (CPU targets only)."""
