@@ -182,11 +182,17 @@ class Search:
         if not tried:
             return
         # Mixed precision starts from the variant worth rescuing: the fastest one (CPU) when it
-        # fails the gate and no accepted variant is as fast, else the most accurate one.
+        # fails the gate, beats the original and no accepted variant is as fast; on GPU targets
+        # the most accurate one when none is accepted.
         accepted = [c for _, c in tried if c.accepted]
         if self.measures_latency:
             recipe, start = min(tried, key=lambda t: t[1].latency_ms or math.inf)
-            if start.accepted or any(c.latency_ms == start.latency_ms for c in accepted):
+            # Keeping layers in FP32 only slows a variant down: under `auto`, no rescue for one
+            # that is not faster than the original already (an asked-for int8 is still sought).
+            slower = self.options.precision == "auto" and (
+                (start.latency_ms or math.inf) >= self.reference_ms
+            )
+            if start.accepted or slower or any(c.latency_ms == start.latency_ms for c in accepted):
                 return
         else:
             if accepted:
