@@ -40,7 +40,7 @@ def _options(args: argparse.Namespace) -> Any:
         raise OptimizeError(f"--budget {args.budget}: must be a positive number of seconds")
     toolkit = None
     if args.target in ROCKCHIP:
-        from mcpd.optimize.rknn import toolkit_python
+        from mcpd.optimize.rockchip import toolkit_python
 
         toolkit = toolkit_python()
     return Options(
@@ -54,6 +54,7 @@ def _write(source: Path, out: Path, name: str) -> Path:
     target = out / name
     fd, temporary = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep a serving daemon's user out
         with os.fdopen(fd, "wb") as file, source.open("rb") as model:
             while chunk := model.read(1 << 20):
                 file.write(chunk)
@@ -119,7 +120,8 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
 
 def table(doc: dict[str, Any]) -> str:
     def cell(value: float | None, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
+        width = int(fmt.split(".")[0] or 0)
+        return "-".rjust(width) if value is None else format(value, fmt)
 
     lines = [
         f"{'candidate':<44} {'ms':>8} {'speedup':>8} {'cosine':>8} {'max abs':>9} {'top-1':>6}",
@@ -127,7 +129,8 @@ def table(doc: dict[str, Any]) -> str:
     for c in doc["candidates"]:
         mark = "*" if c["chosen"] else ("" if c["accepted"] else " (below gate)")
         lines.append(
-            f"{c['name']:<44} {cell(c['latency_ms'], '8.2f')} {cell(c['speedup'], '7.2f')}x "
+            f"{c['name']:<44} {cell(c['latency_ms'], '8.2f')} {cell(c['speedup'], '7.2f')}"
+            f"{'x' if c['speedup'] is not None else ' '} "
             f"{c['cosine_min']:8.4f} {c['max_abs']:9.3g} {cell(c['top1_agreement'], '6.3f')}{mark}"
         )
     speedup = "" if doc["speedup"] is None else f", {doc['speedup']:.2f}x"

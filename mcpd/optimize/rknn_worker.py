@@ -1,5 +1,5 @@
 """Runs inside rknn-toolkit2's own virtual environment (never mcpd's: the toolkit pins old numpy,
-onnx and torch), started by mcpd.optimize.rknn with a job file. Standalone on purpose: it imports
+onnx and torch), started by mcpd.optimize.rockchip with a job file. Standalone on purpose: it imports
 only the toolkit and numpy.
 
     TOOLKIT_PYTHON rknn_worker.py JOB.json

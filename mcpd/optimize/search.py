@@ -18,7 +18,7 @@ from pathlib import Path
 
 import onnx
 
-from mcpd.optimize import candidates, rknn
+from mcpd.optimize import candidates, rockchip
 from mcpd.optimize.candidates import Int8Recipe
 from mcpd.optimize.interface import (
     Interface,
@@ -185,8 +185,13 @@ class Search:
         # fails the gate, beats the original and no accepted variant is as fast; on GPU targets
         # the most accurate one when none is accepted.
         accepted = [c for _, c in tried if c.accepted]
+        # Only pre-processed variants keep the node names sensitivity is ranked by
+        # (quantize_static rewrites a raw graph itself).
+        rescuable = [t for t in tried if t[0].preprocessed]
+        if not rescuable:
+            return
         if self.measures_latency:
-            recipe, start = min(tried, key=lambda t: t[1].latency_ms or math.inf)
+            recipe, start = min(rescuable, key=lambda t: t[1].latency_ms or math.inf)
             # Keeping layers in FP32 only slows a variant down: under `auto`, no rescue for one
             # that is not faster than the original already (an asked-for int8 is still sought).
             slower = self.options.precision == "auto" and (
@@ -197,8 +202,8 @@ class Search:
         else:
             if accepted:
                 return
-            recipe, start = max(tried, key=lambda t: t[1].accuracy.cosine_min)
-        source = pre if recipe.preprocessed else raw
+            recipe, start = max(rescuable, key=lambda t: t[1].accuracy.cosine_min)
+        source = pre
         self.progress(f"per-layer sensitivity of {recipe.label}")
         self.sensitivity = tuple(rank(source, start.path, self.validation[:8]))
         count = 1
@@ -255,7 +260,7 @@ class Search:
         def gate(accuracy: Accuracy) -> bool:
             return accuracy.meets(self.options.min_cosine, self.options.min_top1)
 
-        built = rknn.convert(
+        built = rockchip.convert(
             self.model_path, self.interface, self.calibration, self.validation, self.reference,
             self.options.target, self.workdir, gate, self.progress, toolkit,
             ("int8", "fp16") if self.options.precision == "auto" else (self.options.precision,),

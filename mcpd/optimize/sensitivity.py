@@ -62,7 +62,8 @@ def _expose(
 
 def rank(fp32_path: Path, int8_path: Path, samples: list[Sample]) -> list[Sensitivity]:
     """Quantized nodes that add error, most sensitive first."""
-    fp32 = onnx.load(str(fp32_path))
+    # Tensor types come from shape inference (a model not pre-processed has no value_info).
+    fp32 = onnx.shape_inference.infer_shapes(onnx.load(str(fp32_path)))
     quantized = onnx.load(str(int8_path))
     in_int8 = _quantized_nodes(quantized)
     weights = {init.name for init in fp32.graph.initializer}

@@ -4,7 +4,8 @@ against onnxruntime FP32 on the held-out samples.
 
 rknn-toolkit2 pins old numpy/onnx/protobuf/torch, so it never runs in mcpd's environment: it runs
 from its own virtual environment (`MCPD_RKNN_PYTHON`, else ~/.local/share/mcpd/rknn-toolkit2),
-through rknn_worker.py and a job file. Candidates, in order: INT8 with the `normal` algorithm,
+through rknn_worker.py and a job file (this module is not named rknn.py: the worker's folder is on
+its path, and would shadow the toolkit's `rknn` package). Candidates, in order: INT8 with the `normal` algorithm,
 INT8 with `mmse` (slower to build, often more accurate), FP16 (no quantization); the first that
 meets the gate is written. The NPU's speed is not measured (the simulator is not the NPU)."""
 
