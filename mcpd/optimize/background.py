@@ -119,6 +119,7 @@ class Optimizer:
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.command(model, scratch),
+                cwd=self.root,  # not the daemon's folder (onnxruntime's tools may write there)
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

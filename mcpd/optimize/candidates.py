@@ -34,6 +34,8 @@ METHODS = {
 # Below this many weights a MatMul is not worth 4-bit blocks (and K must fill one block).
 INT4_MIN_WEIGHTS = 4096
 INT4_BLOCK = 32
+# onnxruntime/tools/symbolic_shape_infer.py, SymbolicShapeInference.infer_shapes
+SYMBOLIC_LEFTOVER = "sym_shape_infer_temp.onnx"
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,15 @@ def preprocess(source: Path, target: Path) -> Path:
     """quant_pre_process (symbolic shape inference + graph optimization), which onnxruntime says to
     run before quantizing; models symbolic inference cannot handle get plain ONNX inference. The
     result has every node named."""
+    # On failure, symbolic shape inference saves its partial model in the working folder.
+    strays = [Path(SYMBOLIC_LEFTOVER), Path(SYMBOLIC_LEFTOVER + ".data")]
+    ours = [p for p in strays if not p.exists()]
     try:
         quant_pre_process(str(source), str(target))
     except Exception as exc:  # sympy/onnx shape inference fail on some exported graphs
         log.info("symbolic shape inference failed (%s); using ONNX shape inference", exc)
+        for path in ours:
+            path.unlink(missing_ok=True)
         quant_pre_process(str(source), str(target), skip_symbolic_shape=True)
     model = onnx.load(str(target))
     name_nodes(model)
