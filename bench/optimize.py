@@ -156,8 +156,8 @@ def plain_variants(
                     activation_type=QuantType.QUInt8 if act == "U8S8" else QuantType.QInt8,
                     weight_type=QuantType.QInt8, per_channel=per_channel,
                     calibrate_method=methods[method],
-                    # Ranges depend only on the method: calibrate once per method.
-                    calibration_cache_path=str(scratch / f"ranges-{method}.json"),
+                    # Ranges depend only on the model and method: calibrate once per method.
+                    calibration_cache_path=str(scratch / f"{pre.stem}-ranges-{method}.json"),
                 )  # fmt: skip
         except Exception as exc:  # a variant the quantizer cannot build is a result, not a crash
             rows.append({"variant": label, "error": str(exc).splitlines()[0]})

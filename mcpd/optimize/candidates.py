@@ -45,6 +45,7 @@ class Int8Recipe:
 
     method: str = "minmax"
     activations: str = "u8"
+    operator_format: bool = False  # QOperator (QLinearConv, …) instead of QDQ: CPU only
     per_channel: bool = True
     symmetric: bool = False
     preprocessed: bool = True
@@ -60,6 +61,8 @@ class Int8Recipe:
         ]
         if self.symmetric:
             parts.append("symmetric")
+        if self.operator_format:
+            parts.append("qoperator")
         if not self.preprocessed:
             parts.append("no-preprocess")
         if self.exclude:
@@ -152,7 +155,7 @@ def int8(
             str(source),
             str(target),
             _Reader(calibration),
-            quant_format=QuantFormat.QDQ,
+            quant_format=QuantFormat.QOperator if recipe.operator_format else QuantFormat.QDQ,
             per_channel=recipe.per_channel,
             activation_type=QuantType.QUInt8 if recipe.activations == "u8" else QuantType.QInt8,
             weight_type=QuantType.QInt8,

@@ -163,14 +163,16 @@ class Search:
         named = onnx.load(str(self.model_path))
         candidates.name_nodes(named)
         onnx.save(named, str(raw))
-        # TensorRT consumes S8S8 with symmetric activations only; on CPUs U8S8 is usually the
-        # fast path, and S8S8 was measured 2x slower on AMD here: both are measured, not assumed.
+        # TensorRT consumes S8S8 QDQ with symmetric activations only. On CPUs U8S8 is usually
+        # the fast path (S8S8 measured 2x slower on AMD here), and QOperator sometimes beats QDQ:
+        # all are measured, not assumed (docs/optimizer.md).
         base = (
             [Int8Recipe(activations="s8", symmetric=True)]
             if gpu
             else [
                 Int8Recipe(activations="u8"),
                 Int8Recipe(activations="s8"),
+                Int8Recipe(activations="u8", operator_format=True),
                 Int8Recipe(activations="u8", preprocessed=False),
             ]
         )
@@ -185,9 +187,9 @@ class Search:
         # fails the gate, beats the original and no accepted variant is as fast; on GPU targets
         # the most accurate one when none is accepted.
         accepted = [c for _, c in tried if c.accepted]
-        # Only pre-processed variants keep the node names sensitivity is ranked by
-        # (quantize_static rewrites a raw graph itself).
-        rescuable = [t for t in tried if t[0].preprocessed]
+        # Only pre-processed QDQ variants keep the node names and Q/DQ pairs sensitivity is
+        # ranked by (quantize_static rewrites a raw graph itself; QOperator fuses nodes).
+        rescuable = [t for t in tried if t[0].preprocessed and not t[0].operator_format]
         if not rescuable:
             return
         if self.measures_latency:
