@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -294,14 +295,16 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out = args.out.resolve() if args.out else None
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-optimize-") as scratch:
+        # quant_pre_process leaves a partial model in the working folder when symbolic shape
+        # inference fails (the plain variants here are run as a user would run them).
+        os.chdir(scratch)
         for key in args.models.split(","):
             results.append(run(key, Path(scratch)))
             print(table(results[-1]) + "\n", flush=True)
-    if args.out:
-        args.out.write_text(
-            json.dumps({"started": started, "results": results}, indent=2, default=str)
-        )
+    if out:
+        out.write_text(json.dumps({"started": started, "results": results}, indent=2, default=str))
 
 
 if __name__ == "__main__":
