@@ -274,3 +274,34 @@ def test_choice_is_the_fastest_accepted_and_never_slower_than_the_original(
     chosen = search._choose(10.0)
     assert (chosen.label, chosen.path, chosen.latency_ms) == ("original (unchanged)", path, 10.0)
     assert chosen in search.results  # reported among the candidates
+
+
+def test_preprocess_falls_back_and_removes_symbolic_inference_leftovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime's symbolic shape inference saves its partial model in the working folder when
+    it cannot finish (symbolic_shape_infer.py); no model the tests can build triggers it, so the
+    first call here behaves as it does on such a model (PP-OCR exports do it)."""
+    from onnxruntime.quantization import quant_pre_process
+
+    from mcpd.optimize import candidates
+
+    model = models.cnn(tmp_path / "m.onnx")
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    (workdir / "mine.onnx").write_text("a user's file")
+    calls: list[bool] = []
+
+    def symbolic_fails_once(source: str, target: str, skip_symbolic_shape: bool = False) -> None:
+        calls.append(skip_symbolic_shape)
+        if not skip_symbolic_shape:
+            Path(candidates.SYMBOLIC_LEFTOVER).write_bytes(b"partial model")
+            raise RuntimeError("Incomplete symbolic shape inference")
+        quant_pre_process(source, target, skip_symbolic_shape=True)
+
+    monkeypatch.setattr(candidates, "quant_pre_process", symbolic_fails_once)
+    out = candidates.preprocess(model, tmp_path / "pre.onnx")
+    assert calls == [False, True]
+    assert sorted(p.name for p in workdir.iterdir()) == ["mine.onnx"]
+    assert out.is_file()
