@@ -7,7 +7,7 @@ only the toolkit and numpy.
 Every toolkit call reports failure by a non-zero return code (inference by None); each is
 checked and the first failure ends the job with one line on stderr and exit status 1. The API is
 rknn-toolkit2's (airockchip/rknn-toolkit2, doc/ user guide): config, load_onnx, build, export_rknn,
-init_runtime() with no target = the simulator, inference, accuracy_analysis.
+init_runtime() with no target = the simulator, inference.
 """
 
 from __future__ import annotations
@@ -57,11 +57,6 @@ def main(job_path: str) -> None:
             print(f"rknn-toolkit2 inference failed on sample {index}", file=sys.stderr)
             sys.exit(1)
         np.savez(f"{job['results']}/{index}.npz", *outputs)
-    if job.get("analysis"):
-        _check(
-            rknn.accuracy_analysis(inputs=job["validation"][0], output_dir=job["analysis"]),
-            "accuracy_analysis",
-        )
     rknn.release()
 
 
