@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from mcpd import __version__, config, domains, logs, realtime
+from mcpd import __version__, config, domains, logs, optimize, realtime
 from mcpd.baseline import Baseline, baseline_folders
 
 log = logging.getLogger("mcpd")
@@ -286,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--step-ms", type=float, default=50.0)
     sim.set_defaults(func=cmd_sim, default_level="info")
+
+    optimize.add_parser(commands)
     return parser
 
 

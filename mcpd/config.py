@@ -199,12 +199,20 @@ class ModelSection(Section):
     timeout_ms: Annotated[StrictInt, Field(ge=0, le=3_600_000)] = 0
     onnxruntime: OnnxRuntimeOptions = OnnxRuntimeOptions()
     rknn: RknnOptions = RknnOptions()
+    # `mcpd optimize` in the background (ONNX models): the original serves meanwhile.
+    optimize: Literal["off", "auto", "fp32", "fp16", "int8", "int4"] = "off"
+    min_cosine: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.98
+    calibration: StrictStr = ""
 
     @model_validator(mode="after")
     def _batch_sizes(self) -> ModelSection:
         too_big = [size for size in self.preferred_batch_sizes if size > self.max_batch]
         if too_big:
             raise ValueError(f"preferred_batch_sizes {too_big} exceed max_batch {self.max_batch}")
+        if self.optimize != "off" and not self.calibration:
+            raise ValueError(
+                f"optimize = {self.optimize!r} needs calibration (a folder of samples)"
+            )
         return self
 
 
@@ -421,9 +429,13 @@ def load(path: str | Path) -> Config:
         raise ConfigError(str(path), [f"not usable TOML: {str(exc).split(';')[0]}"]) from None
     config = parse(data, str(path))
     models = tuple(
-        model.model_copy(update={"path": str(path.parent / model.path)})
-        if not Path(model.path).is_absolute()
-        else model
+        model.model_copy(
+            update={
+                key: str(path.parent / value)
+                for key, value in (("path", model.path), ("calibration", model.calibration))
+                if value and not Path(value).is_absolute()
+            }
+        )
         for model in config.models
     )
     return config.model_copy(update={"models": models})

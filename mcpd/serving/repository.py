@@ -23,6 +23,7 @@ import numpy as np
 
 from mcpd.config import ModelSection
 from mcpd.events import Event, EventBus
+from mcpd.optimize.background import Built, Optimizer
 from mcpd.serving import backends
 from mcpd.serving.codec import VERSION, Interface
 from mcpd.serving.errors import LoadError, RequestError
@@ -66,18 +67,28 @@ class Entry:
     requests: int = 0
     errors: int = 0
     latencies: Latencies = field(default_factory=Latencies)
+    optimized: dict[str, object] | None = None
+    """What serves when `optimize` is on: precision, speedup and accuracy of the swapped-in model."""
 
 
 class Repository:
-    def __init__(self, batch_size: Callable[[str], int], events: EventBus, limit: int) -> None:
+    def __init__(
+        self,
+        batch_size: Callable[[str], int],
+        events: EventBus,
+        limit: int,
+        optimizer: Optimizer | None = None,
+    ) -> None:
         self.batch_size = batch_size
         self.events = events
         self.limit = limit
+        self.optimizer = optimizer
         self.entries: dict[str, Entry] = {}
         self._loader = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="model-load", initializer=lower_priority
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self._optimizing: set[asyncio.Task[None]] = set()
 
     # -- reads (the HTTP handlers) ---------------------------------------------------------------
 
@@ -134,11 +145,25 @@ class Repository:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _load(self, model: ModelSection) -> None:
+    async def _load(self, model: ModelSection, built: Built | None = None) -> None:
+        """Load `model` (or, with `built`, its optimized file) and swap it in."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        # The optimized file replaces the path; a saved graph of the original must not stand in.
+        source = (
+            model
+            if built is None
+            else model.model_copy(
+                update={
+                    "path": str(built.path),
+                    "onnxruntime": model.onnxruntime.model_copy(
+                        update={"optimized_model_path": ""}
+                    ),
+                }
+            )
+        )
         try:
-            backend = await loop.run_in_executor(self._loader, backends.load, model)
+            backend = await loop.run_in_executor(self._loader, backends.load, source)
         except Exception as exc:
             self._failed(model, exc)
             return
@@ -159,6 +184,7 @@ class Repository:
         old, entry.worker = entry.worker, worker
         entry.interface = Interface(backend.inputs, backend.outputs, model.max_batch, self.limit)
         entry.state, entry.error = "ready", None
+        entry.optimized = None if built is None else built.summary()
         detail = ", ".join(f"{k} {v}" for k, v in backend.detail.items())
         message = (
             f"model {model.name} {'reloaded' if old else 'loaded'} in "
@@ -166,9 +192,34 @@ class Repository:
             f"batch 1..{model.max_batch}"
             + (f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else "")
         )
+        if built is not None:
+            message += f", optimized: {built.precision}" + (
+                f" {built.speedup:.2f}x" if built.speedup else ""
+            )
         log.info("%s", message)
         self.events.publish(Event("model", message, {"model": model.name, "state": "ready"}))
         await self._retire(old)
+        if built is None and model.optimize != "off" and self.optimizer is not None:
+            task = asyncio.create_task(self._optimize(model, self.optimizer))
+            self._optimizing.add(task)
+            task.add_done_callback(self._optimizing.discard)
+
+    async def _optimize(self, model: ModelSection, optimizer: Optimizer) -> None:
+        """Build (or take from the cache) the optimized model while the original serves; swap it
+        in through the same path as a reload. A failure is an event; the original serves on."""
+        log.info("model %s: optimizing (%s) in the background", model.name, model.optimize)
+        try:
+            built = await optimizer.build(model)
+        except Exception as exc:
+            message = f"model {model.name}: optimization failed, the original serves on: {exc}"
+            log.error("%s", message)
+            self.events.publish(
+                Event("model", message, {"model": model.name, "state": "optimize-failed"})
+            )
+            return
+        entry = self.entries.get(model.name)
+        if entry is not None and entry.config == model:
+            await self._load(model, built)
 
     def _failed(self, model: ModelSection, exc: Exception) -> None:
         error = str(exc) if isinstance(exc, LoadError) else f"{type(exc).__name__}: {exc}"
@@ -190,7 +241,7 @@ class Repository:
 
     async def close(self) -> None:
         """Finish what is queued, release every model."""
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._optimizing]:
             task.cancel()
         entries, self.entries = self.entries, {}
         await asyncio.gather(*(self._retire(entry.worker) for entry in entries.values()))
@@ -213,6 +264,8 @@ def _stats(entry: Entry) -> ModelStats:
     detail: dict[str, object] = {"state": entry.state, "path": entry.config.path}
     if entry.error:
         detail["error"] = entry.error
+    if entry.optimized is not None:
+        detail["optimized"] = entry.optimized
     if worker is not None:
         backend = worker.backend
         detail.update(backend=backend.kind, fixed_batch=backend.fixed_batch, **backend.detail)

@@ -13,6 +13,7 @@ from aiohttp import web
 from mcpd.config import Config
 from mcpd.events import EventBus
 from mcpd.listen import Listener, listen
+from mcpd.optimize.background import Optimizer
 from mcpd.serving.app import Endpoints
 from mcpd.serving.connections import Acceptor, connection_cap
 from mcpd.serving.limits import Throttle
@@ -45,7 +46,12 @@ class InferenceService:
         listener: Listener | None = None,
     ) -> None:
         self.config = config
-        self.repository = Repository(batch_size, events, config.daemon.max_request_bytes)
+        self.repository = Repository(
+            batch_size,
+            events,
+            config.daemon.max_request_bytes,
+            Optimizer(config.daemon.state_dir),
+        )
         self.shm = SharedMemory(shm_root)
         self.endpoints = Endpoints(self.repository, self.shm, status, config.daemon)
         self.throttle = Throttle()

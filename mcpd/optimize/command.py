@@ -1,0 +1,185 @@
+"""`mcpd optimize MODEL --calibration DIR --out DIR`: check every input first (exit 2 with one
+line naming the problem), search in a scratch folder, then write the chosen model into --out by
+a temporary file and a rename, so --out never holds a half-written model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mcpd.optimize import PRECISIONS, ROCKCHIP, TARGETS
+from mcpd.optimize.interface import OptimizeError
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from mcpd.optimize.search import Options
+
+    if args.target not in TARGETS:
+        raise OptimizeError(
+            f"--target {args.target!r}: unknown target (one of {', '.join(TARGETS)})"
+        )
+    if args.target in ROCKCHIP and args.precision not in ("auto", "int8", "fp16"):
+        raise OptimizeError(
+            f"--precision {args.precision}: the NPU targets take auto, int8 or fp16"
+        )
+    if args.precision not in PRECISIONS:
+        raise OptimizeError(
+            f"--precision {args.precision!r}: unknown precision (one of {', '.join(PRECISIONS)})"
+        )
+    for flag, value in (("--min-cosine", args.min_cosine), ("--min-top1", args.min_top1)):
+        if not 0.0 <= value <= 1.0:
+            raise OptimizeError(f"{flag} {value}: must be between 0 and 1")
+    if not (math.isfinite(args.budget) and args.budget > 0):
+        raise OptimizeError(f"--budget {args.budget}: must be a positive number of seconds")
+    toolkit = None
+    if args.target in ROCKCHIP:
+        from mcpd.optimize.rockchip import toolkit_python
+
+        toolkit = toolkit_python()
+    return Options(
+        args.target, args.precision, args.min_cosine, args.min_top1, args.budget, toolkit
+    )
+
+
+def _write(source: Path, out: Path, name: str) -> Path:
+    """Copy `source` to out/name through a temporary file in `out` and a rename."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / name
+    fd, temporary = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep a serving daemon's user out
+        with os.fdopen(fd, "wb") as file, source.open("rb") as model:
+            while chunk := model.read(1 << 20):
+                file.write(chunk)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    directory = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return target
+
+
+def _ratio(reference: float | None, candidate: float | None) -> float | None:
+    return round(reference / candidate, 3) if reference and candidate else None
+
+
+def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str, Any]:
+    """The --json document (keys are only ever added)."""
+    chosen = outcome.chosen
+    ref = outcome.reference_ms
+    return {
+        "model": str(model),
+        "output": str(written),
+        "target": target,
+        "precision": chosen.precision,
+        "speedup": _ratio(ref, chosen.latency_ms),
+        "latency_ms": {
+            "reference": None if ref is None else round(ref, 3),
+            "optimized": None if chosen.latency_ms is None else round(chosen.latency_ms, 3),
+        },
+        "accuracy": {
+            "cosine_min": round(chosen.accuracy.cosine_min, 6),
+            "max_abs": chosen.accuracy.max_abs,
+            "top1_agreement": chosen.accuracy.top1_agreement,
+        },
+        "fp32_nodes": list(chosen.fp32_nodes),
+        "candidates": [
+            {
+                "name": c.label,
+                "precision": c.precision,
+                "latency_ms": None if c.latency_ms is None else round(c.latency_ms, 3),
+                "speedup": _ratio(ref, c.latency_ms),
+                "cosine_min": round(c.accuracy.cosine_min, 6),
+                "max_abs": c.accuracy.max_abs,
+                "top1_agreement": c.accuracy.top1_agreement,
+                "fp32_nodes": len(c.fp32_nodes),
+                "accepted": c.accepted,
+                "chosen": c is chosen,
+            }
+            for c in outcome.candidates
+        ],
+        "sensitivity": [
+            {"node": s.node, "op_type": s.op_type, "added_error": s.added_error}
+            for s in outcome.sensitivity[:10]
+        ],
+    }
+
+
+def table(doc: dict[str, Any]) -> str:
+    def cell(value: float | None, fmt: str) -> str:
+        width = int(fmt.split(".")[0] or 0)
+        return "-".rjust(width) if value is None else format(value, fmt)
+
+    lines = [
+        f"{'candidate':<44} {'ms':>8} {'speedup':>8} {'cosine':>8} {'max abs':>9} {'top-1':>6}",
+    ]
+    for c in doc["candidates"]:
+        mark = "*" if c["chosen"] else ("" if c["accepted"] else " (below gate)")
+        lines.append(
+            f"{c['name']:<44} {cell(c['latency_ms'], '8.2f')} {cell(c['speedup'], '7.2f')}"
+            f"{'x' if c['speedup'] is not None else ' '} "
+            f"{c['cosine_min']:8.4f} {c['max_abs']:9.3g} {cell(c['top1_agreement'], '6.3f')}{mark}"
+        )
+    speedup = "" if doc["speedup"] is None else f", {doc['speedup']:.2f}x"
+    lines.append(f"wrote {doc['output']} ({doc['precision']}{speedup})")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except OptimizeError as exc:
+        print(f"mcpd optimize: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from mcpd.optimize import interface, samples
+    from mcpd.optimize.measure import outputs
+    from mcpd.optimize.search import Search
+
+    options = _options(args)
+    model_path = Path(args.model)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise OptimizeError(f"--out {out}: exists and is not a folder")
+    model = interface.load(model_path)
+    spec = interface.interface(model)
+    preprocess = (
+        samples.Preprocess.parse(args.preprocess, "--preprocess") if args.preprocess else None
+    )
+    found = samples.load(Path(args.calibration), spec.inputs, preprocess)
+    calibration, validation = samples.split(found)
+    try:
+        outputs(model_path, validation[:1])
+    except Exception as exc:  # onnxruntime's Fail, InvalidArgument, NotImplemented, ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OptimizeError(f"{model_path}: onnxruntime cannot run it ({first})") from None
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="mcpd-optimize-") as scratch:
+        search = Search(
+            model_path, model, calibration, validation, options, Path(scratch), progress
+        )
+        outcome = search.run()
+        name = f"{model_path.stem}.{outcome.chosen.precision}{outcome.chosen.path.suffix}"
+        written = _write(outcome.chosen.path, out, name)
+    doc = document(model_path, written, options.target, outcome)
+    print(json.dumps(doc, indent=2) if args.json else table(doc))
+    return 0

@@ -1,0 +1,64 @@
+"""Runs inside rknn-toolkit2's own virtual environment (never mcpd's: the toolkit pins old numpy,
+onnx and torch), started by mcpd.optimize.rockchip with a job file. Standalone on purpose: it imports
+only the toolkit and numpy.
+
+    TOOLKIT_PYTHON rknn_worker.py JOB.json
+
+Every toolkit call reports failure by a non-zero return code (inference by None); each is
+checked and the first failure ends the job with one line on stderr and exit status 1. The API is
+rknn-toolkit2's (airockchip/rknn-toolkit2, doc/ user guide): config, load_onnx, build, export_rknn,
+init_runtime() with no target = the simulator, inference.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+from rknn.api import RKNN
+
+
+def _check(ret: object, step: str) -> None:
+    if ret != 0:
+        print(f"rknn-toolkit2 {step} failed (return code {ret})", file=sys.stderr)
+        sys.exit(1)
+
+
+def main(job_path: str) -> None:
+    with open(job_path, encoding="utf-8") as file:
+        job = json.load(file)
+    rknn = RKNN(verbose=False)
+    quantize = job["quantized_algorithm"] is not None
+    config = {"target_platform": job["target"]}
+    if quantize:
+        config.update(
+            quantized_dtype="w8a8",
+            quantized_algorithm=job["quantized_algorithm"],
+            quantized_method="channel",
+        )
+    _check(rknn.config(**config), "config")
+    _check(
+        rknn.load_onnx(
+            model=job["model"], inputs=job["input_names"], input_size_list=job["input_shapes"]
+        ),
+        "load_onnx",
+    )
+    _check(rknn.build(do_quantization=quantize, dataset=job["dataset"]), "build")
+    _check(rknn.export_rknn(job["output"]), "export_rknn")
+    _check(rknn.init_runtime(), "init_runtime (simulator)")
+    for index, paths in enumerate(job["validation"]):
+        arrays = [np.load(path) for path in paths]
+        formats = [
+            "nchw" if a.ndim == 4 else "nhwc" for a in arrays
+        ]  # 4-D inputs as ONNX lays them
+        outputs = rknn.inference(inputs=arrays, data_format=formats)
+        if outputs is None:
+            print(f"rknn-toolkit2 inference failed on sample {index}", file=sys.stderr)
+            sys.exit(1)
+        np.savez(f"{job['results']}/{index}.npz", *outputs)
+    rknn.release()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,174 @@
+"""`[[models]] optimize = ...` in the serving daemon: the original serves at once, `mcpd optimize`
+runs as a niced child process, its result is cached under the state directory and swapped in
+through the reload path; a failed build is an event and the original serves on. Real sockets,
+real onnxruntime sessions, the real optimizer process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mcpd import config as mcpd_config
+from mcpd import status
+from mcpd.config import ModelSection
+from mcpd.ctl import main as ctl_main
+from mcpd.events import Event
+from mcpd.optimize.background import Optimizer, cache_key
+from mcpd.state import Snapshot
+from tests import optimize_models as models
+from tests.serving_server import Served, config
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _optimized_event(events: list[Event]) -> Event | None:
+    return next((e for e in events if "optimized:" in e.message), None)
+
+
+def _failed_event(events: list[Event]) -> Event | None:
+    return next((e for e in events if e.data.get("state") == "optimize-failed"), None)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> dict[str, object]:
+    model = models.cnn(tmp_path / "cnn.onnx")
+    calibration = models.npy_folder(tmp_path / "cal", models.cnn_samples(8))
+    return {
+        "name": "cnn",
+        "path": str(model),
+        "optimize": "fp32",
+        "min_cosine": 0.99,
+        "calibration": str(calibration),
+    }
+
+
+@pytest.fixture
+def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Served]]:
+    running: list[Served] = []
+
+    def make(model: dict[str, object]) -> Served:
+        cfg = config(tmp_path, [model], state_dir=str(tmp_path / "state"))
+        holder: list[Served] = []
+
+        def board_status() -> dict[str, Any]:
+            """The daemon's status document for an idle board with these models' stats."""
+            snapshot = Snapshot(
+                ts=1.0, platform="x86", model="test", temperature_c=50.0, power_w=None,
+                power_estimated=False, metered=False, temperatures={}, powers={}, domains=(),
+                state="holding", profile="default", last_action=None, batch={},
+            )  # fmt: skip
+            return status.document(snapshot, holder[0].service.stats(), {}, {})
+
+        served = Served(cfg, status=board_status)
+        holder.append(served)
+        running.append(served)
+        return served
+
+    yield make
+    for served in running:
+        if not served.loop.is_closed():  # a test may have stopped one itself (a restart)
+            served.close()
+
+
+def _infer(served: Served) -> np.ndarray:
+    image = models.cnn_samples(1)[0][np.newaxis]
+    with served.client() as client:
+        return client.infer("cnn", {"image": image})["scores"]
+
+
+def test_original_serves_then_the_optimized_model_swaps_in_and_is_cached(
+    setup: dict[str, object],
+    served_factory: Callable[[dict[str, object]], Served],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    served = served_factory(setup)
+    served.wait_settled()
+    before = _infer(served)  # the original, while the optimizer runs
+    _wait(lambda: _optimized_event(served.events) is not None or bool(_failed_event(served.events)))
+    assert _failed_event(served.events) is None
+    stats = served.service.stats()["cnn"]
+    summary = stats.detail["optimized"]
+    assert isinstance(summary, dict)
+    assert summary["precision"] == "fp32" and summary["cosine_min"] >= 0.99
+    cache = tmp_path / "state" / "optimized"
+    (entry,) = cache.iterdir()
+    assert entry.name == cache_key(ModelSection.model_validate(setup))
+    assert sorted(f.name for f in entry.iterdir()) == ["cnn.fp32.onnx", "result.json"]
+    event = _optimized_event(served.events)
+    assert event is not None and "reloaded" in event.message and "optimized: fp32" in event.message
+    np.testing.assert_allclose(_infer(served), before, rtol=1e-4, atol=1e-5)
+    # Status (and so telemetry) and `mcpctl models` show what serves.
+    with served.client() as client:
+        assert client.status()["inference"]["cnn"]["optimized"] == summary
+    assert ctl_main(["models", "--socket", served.socket]) == 0
+    assert "  serving  fp32, " in capsys.readouterr().out
+    served.close()
+
+    # A restart finds the cache: no optimizer process runs (this one would fail) and the
+    # optimized model swaps in again.
+    monkeypatch.setattr(Optimizer, "command", lambda self, model, out: ["false"])
+    again = served_factory(setup)
+    again.wait_settled()
+    _wait(lambda: _optimized_event(again.events) is not None or bool(_failed_event(again.events)))
+    assert _failed_event(again.events) is None
+    assert again.service.stats()["cnn"].detail["optimized"] == summary
+
+
+def test_a_failed_build_is_an_event_and_the_original_serves_on(
+    setup: dict[str, object], served_factory: Callable[[dict[str, object]], Served], tmp_path: Path
+) -> None:
+    wrong = models.npy_folder(tmp_path / "wrong", [np.zeros((3, 8, 8), np.float32)] * 3)
+    served = served_factory({**setup, "calibration": str(wrong)})
+    served.wait_settled()
+    _wait(lambda: _failed_event(served.events) is not None)
+    event = _failed_event(served.events)
+    assert event is not None
+    assert "optimization failed, the original serves on" in event.message
+    assert "input 'image' has shape 1x3x8x8, the model wants ?x3x32x32" in event.message
+    assert _infer(served).shape == (1, 10)
+    assert "optimized" not in served.service.stats()["cnn"].detail
+    assert not list((tmp_path / "state" / "optimized").iterdir())  # nothing half-written
+
+
+def test_the_optimizer_runs_niced_in_its_own_process(setup: dict[str, object]) -> None:
+    model = ModelSection.model_validate(setup)
+    command = Optimizer("/var/lib/mcpd").command(model, Path("/tmp/out"))
+    assert command[1:3] == ["-n", "19"] and command[0].endswith("nice")
+    assert command[4:6] == ["-m", "mcpd"] and "optimize" in command
+    assert command[command.index("--precision") + 1] == "fp32"
+    assert command[command.index("--min-cosine") + 1] == "0.99"
+
+
+def test_the_cache_key_changes_with_model_samples_and_options(
+    setup: dict[str, object], tmp_path: Path
+) -> None:
+    model = ModelSection.model_validate(setup)
+    key = cache_key(model)
+    assert cache_key(model.model_copy(update={"min_cosine": 0.95})) != key
+    assert cache_key(model.model_copy(update={"optimize": "int8"})) != key
+    np.save(tmp_path / "cal" / "extra.npy", np.zeros((3, 32, 32), np.float32))
+    assert cache_key(model) != key
+
+
+def test_config_needs_calibration_and_resolves_it_beside_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "mcpd.toml"
+    path.write_text('[[models]]\nname = "m"\npath = "m.onnx"\noptimize = "int8"\n')
+    with pytest.raises(mcpd_config.ConfigError, match="needs calibration"):
+        mcpd_config.load(path)
+    path.write_text(
+        '[[models]]\nname = "m"\npath = "m.onnx"\noptimize = "auto"\ncalibration = "samples"\n'
+    )
+    (model,) = mcpd_config.load(path).models
+    assert model.calibration == str(tmp_path / "samples") and model.min_cosine == 0.98
