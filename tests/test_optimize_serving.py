@@ -67,7 +67,7 @@ def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Ser
                 power_estimated=False, metered=False, temperatures={}, powers={}, domains=(),
                 state="holding", profile="default", last_action=None, batch={},
             )  # fmt: skip
-            return status.document(snapshot, holder[0].service.stats(), {}, {})
+            return status.document(snapshot, holder[0].service.stats(), {}, {}, {})
 
         served = Served(cfg, status=board_status)
         holder.append(served)

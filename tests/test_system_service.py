@@ -61,23 +61,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def http_status(path: Path, target: str, timeout: float = 60.0) -> int:
-    """The status code of one GET over the Unix socket at `path`."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-        client.settimeout(timeout)
-        client.connect(str(path))
-        client.sendall(f"GET {target} HTTP/1.1\r\nHost: mcpd\r\nConnection: close\r\n\r\n".encode())
-        head = b""
-        while b"\r\n" not in head:
-            chunk = client.recv(4096)
-            if not chunk:
-                raise ConnectionError(f"closed without a response (got {head!r})")
-            head += chunk
-    return int(head.split(b" ", 2)[1])
-
-
-def http_json(path: Path, target: str, timeout: float = 60.0) -> Any:
-    """The JSON body of one GET over the Unix socket at `path`."""
+def http_get(path: Path, target: str, timeout: float = 60.0) -> tuple[int, bytes]:
+    """The status code and body of one GET over the Unix socket at `path`."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
         client.settimeout(timeout)
         client.connect(str(path))
@@ -85,7 +70,18 @@ def http_json(path: Path, target: str, timeout: float = 60.0) -> Any:
         reply = b""
         while chunk := client.recv(65536):
             reply += chunk
-    return json.loads(reply.split(b"\r\n\r\n", 1)[1])
+    if b"\r\n" not in reply:
+        raise ConnectionError(f"closed without a response (got {reply!r})")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def http_status(path: Path, target: str, timeout: float = 60.0) -> int:
+    return http_get(path, target, timeout)[0]
+
+
+def http_json(path: Path, target: str, timeout: float = 60.0) -> Any:
+    return json.loads(http_get(path, target, timeout)[1])
 
 
 def mcpd_files() -> set[str]:
