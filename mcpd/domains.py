@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from mcpd.safefs import UnsafeFileError
-from sensors.sysfs import list_dir, parse_int, read_line
+from sensors.sysfs import first_line, list_dir, parse_int, read_line
 
 log = logging.getLogger("mcpd.domains")
 
@@ -203,8 +203,7 @@ class FrequencyDomain:
     def read_cap_text(self) -> str | None:
         """The cap exactly as the kernel shows it, for the baseline."""
         text = self._cap.read()
-        line = None if text is None else text.split("\n", 1)[0].strip("\x00 \t")
-        return line or None
+        return None if text is None else first_line(text)
 
     def change_cap(self, mhz: float, floor_mhz: float | None = None) -> tuple[float | None, float]:
         """Write the snapped cap unless it is already in force; returns the cap before (None if

@@ -92,6 +92,11 @@ def read_line(path: str | Path) -> str | None:
         text = read_text(path)
     except OSError:
         return None
+    return first_line(text)
+
+
+def first_line(text: str) -> str | None:
+    """An attribute's first line without its newline, NULs or blanks; None when that is empty."""
     line = text.split("\n", 1)[0].strip("\x00 \t")
     return line or None
 
