@@ -77,9 +77,14 @@ class Store:
         except OSError as exc:  # a link or not a folder: nothing of ours is there
             log.error("baseline folder %s: %s", self.folder, exc.strerror)
             return {}
+        # One descriptor for reading and setting aside: the folder is never looked up twice.
         try:
             _remove_temporaries(folder)
             data = safefs.read_file(folder, FILENAME, _LIMIT)
+            if data is None:
+                return {}
+            entries, why = _parse(data, boot_id)
+            return entries if why is None else self._set_aside(folder, why, why)
         except safefs.UnsafeFileError as exc:
             return self._set_aside(folder, f"unsafe ({exc.strerror})", "unsafe")
         except PermissionError as exc:
@@ -88,16 +93,6 @@ class Store:
             return {}
         except OSError as exc:
             return self._set_aside(folder, f"unreadable ({exc.strerror})", "corrupt")
-        finally:
-            os.close(folder)
-        if data is None:
-            return {}
-        entries, why = _parse(data, boot_id)
-        if why is None:
-            return entries
-        folder = safefs.open_folder(self.folder)
-        try:
-            return self._set_aside(folder, why, why)
         finally:
             os.close(folder)
 
