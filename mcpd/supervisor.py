@@ -50,7 +50,7 @@ from mcpd.state import ModelStats
 log = logging.getLogger("mcpd.supervisor")
 
 TICK_S = 0.05
-"""While stopping: how often the child's exit is looked for."""
+"""How often a child that is going away (or being stopped) is looked for."""
 STATUS_S = 1.0
 """How often the status document in shared memory is refreshed, besides after every governor
 action (an event wakes the supervisor): the serving process answers status from it."""
@@ -205,10 +205,13 @@ class ServingSupervisor:
 
     def _timeout(self, now: float) -> float:
         """Until the next thing due: a status refresh, a start, a stand-in deadline. A child's exit
-        needs no polling: its end of the socket pair closes, which wakes the select."""
+        wakes the select (its end of the socket pair closes); it is then reaped on the short tick,
+        since the close comes while the process is still going away."""
         due = [self._status_at + STATUS_S]
         if self.pid is None:
             due.append(self._next_start)
+        elif self._channel is None:
+            due.append(now + TICK_S)
         if self._standin is not None:
             due.append(now + StandIn.TICK_S)
         return max(0.0, min(due) - now)
