@@ -72,6 +72,12 @@ def _write(source: Path, out: Path, name: str) -> Path:
     return target
 
 
+def _ms(value: float | None) -> float | None:
+    # Four significant digits: a 0.09 ms model rounded to whole microseconds would report a
+    # latency ratio several percent away from its speedup.
+    return None if value is None else float(f"{value:.4g}")
+
+
 def _ratio(reference: float | None, candidate: float | None) -> float | None:
     return round(reference / candidate, 3) if reference and candidate else None
 
@@ -87,8 +93,8 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
         "precision": chosen.precision,
         "speedup": _ratio(ref, chosen.latency_ms),
         "latency_ms": {
-            "reference": None if ref is None else round(ref, 3),
-            "optimized": None if chosen.latency_ms is None else round(chosen.latency_ms, 3),
+            "reference": _ms(ref),
+            "optimized": _ms(chosen.latency_ms),
         },
         "accuracy": {
             "cosine_min": round(chosen.accuracy.cosine_min, 6),
@@ -100,7 +106,7 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
             {
                 "name": c.label,
                 "precision": c.precision,
-                "latency_ms": None if c.latency_ms is None else round(c.latency_ms, 3),
+                "latency_ms": _ms(c.latency_ms),
                 "speedup": _ratio(ref, c.latency_ms),
                 "cosine_min": round(c.accuracy.cosine_min, 6),
                 "max_abs": c.accuracy.max_abs,
