@@ -117,9 +117,17 @@ class Client:
         return result
 
     def models(self) -> list[dict[str, Any]]:
-        """Every configured model with its state (READY, LOADING, UNAVAILABLE) and why."""
+        """Every configured model with its state (READY, LOADING, UNAVAILABLE) and why (the reason
+        of a model a client unloaded is "unloaded")."""
         result: list[dict[str, Any]] = self._json("POST", "/v2/repository/index", {})
         return result
+
+    def load(self, model: str) -> None:
+        """Load the configured model again from its file; returns once it serves."""
+        self.request("POST", f"/v2/repository/models/{model}/load").checked()
+
+    def unload(self, model: str) -> None:
+        self.request("POST", f"/v2/repository/models/{model}/unload").checked()
 
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", "/v2/mcpd/status")

@@ -132,3 +132,16 @@ def test_system_shared_memory_in_and_out(triton: httpclient.InferenceServerClien
         assert triton.get_system_shared_memory_status() == []
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+def test_repository_index_unload_and_load(triton: httpclient.InferenceServerClient) -> None:
+    assert "model_repository" in triton.get_server_metadata()["extensions"]
+    triton.unload_model("m")
+    assert not triton.is_model_ready("m")
+    index = {entry["name"]: entry for entry in triton.get_model_repository_index()}
+    assert index["m"]["state"] == "UNAVAILABLE" and index["m"]["reason"] == "unloaded"
+    assert index["mixed"]["state"] == "READY"
+    triton.load_model("m")
+    assert triton.is_model_ready("m")
+    with pytest.raises(InferenceServerException, match="parameter 'config' is not accepted"):
+        triton.load_model("m", config='{"backend": "onnxruntime"}')

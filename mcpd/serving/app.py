@@ -1,5 +1,6 @@
-"""The HTTP/1.1 endpoints: Open Inference Protocol (KServe v2), Triton's binary tensor data and
-system shared memory extensions, and mcpd's own status and metrics (docs/serving-protocol.md §1, §2).
+"""The HTTP/1.1 endpoints: Open Inference Protocol (KServe v2), Triton's binary tensor data, system
+shared memory and model repository extensions, and mcpd's own status and metrics
+(docs/serving-protocol.md §1, §2).
 
 Every error is the protocol's {"error": "..."} with the status Triton would use; nothing a client
 sends can raise past the middleware.
@@ -30,7 +31,7 @@ from mcpd.serving.worker import ModelWorker, Outputs, Pending
 
 log = logging.getLogger("mcpd.serving")
 
-EXTENSIONS = ["binary_tensor_data", "system_shared_memory"]
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository"]
 JSON = "application/json"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -98,6 +99,8 @@ class Endpoints:
                 *(web.get(prefix, self.model_metadata) for prefix in (model, versioned)),
                 *(web.get(f"{prefix}/ready", self.model_ready) for prefix in (model, versioned)),
                 web.post("/v2/repository/index", self.index),
+                web.post("/v2/repository/models/{name}/load", self.load),
+                web.post("/v2/repository/models/{name}/unload", self.unload),
                 web.get(f"{shm}/status", self.shm_status),
                 web.get(f"{shm}/region/{{region}}/status", self.shm_status),
                 web.post(f"{shm}/region/{{region}}/register", self.shm_register),
@@ -139,18 +142,68 @@ class Endpoints:
         return web.Response(status=200 if entry.worker is not None else 400)
 
     async def index(self, request: web.Request) -> web.Response:
-        states = {"ready": "READY", "loading": "LOADING", "failed": "UNAVAILABLE"}
+        body = await self._repository_request(request, "index", ("ready",))
+        only_ready = body.get("ready", False)
+        if not isinstance(only_ready, bool):
+            raise RequestError("index: ready must be true or false")
+        states = {
+            "ready": "READY",
+            "loading": "LOADING",
+            "failed": "UNAVAILABLE",
+            "unloaded": "UNAVAILABLE",
+        }
         return reply(
             [
                 {
                     "name": name,
                     "version": codec.VERSION,
                     "state": states[entry.state],
-                    "reason": entry.error or "",
+                    # Triton's reason for a model it unloaded (docs/serving-protocol.md §2.3).
+                    "reason": "unloaded" if entry.state == "unloaded" else entry.error or "",
                 }
                 for name, entry in sorted(self.repository.entries.items())
+                if not only_ready or entry.state == "ready"
             ]
         )
+
+    async def load(self, request: web.Request) -> web.Response:
+        """Load (again) a model of the configuration. A client never names a file: Triton's
+        "config" and "file:..." parameters, which would, are refused."""
+        body = await self._repository_request(request, "load", ("parameters",))
+        refused = list(codec.parameters_of(body, "load"))
+        if refused:  # Triton's "config" and "file:<version>/<name>" would name or carry a model
+            raise RequestError(
+                f"load: parameter {values.brief(refused[0])} is not accepted: mcpd loads only the "
+                "models of its configuration, from the path there ([[models]] path)"
+            )
+        await self.repository.load(request.match_info["name"])
+        return web.Response(status=200)
+
+    async def unload(self, request: web.Request) -> web.Response:
+        body = await self._repository_request(request, "unload", ("parameters",))
+        for key, value in codec.parameters_of(body, "unload").items():
+            if key != "unload_dependents":
+                raise RequestError(
+                    f"unload: parameter {values.brief(key)} is not accepted (only "
+                    "unload_dependents)"
+                )
+            if not isinstance(value, bool):  # accepted, and moot: mcpd has no ensembles
+                raise RequestError("unload: unload_dependents must be true or false")
+        await self.repository.unload(request.match_info["name"])
+        return web.Response(status=200)
+
+    async def _repository_request(
+        self, request: web.Request, what: str, keys: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """The optional JSON object of a repository request, with only the keys Triton defines
+        for it (docs/serving-protocol.md §2.3)."""
+        document = await self._json_object(request, f"the {what} request", empty=True)
+        unknown = [key for key in document if key not in keys]
+        if unknown:
+            raise RequestError(
+                f"{what}: field {values.brief(unknown[0])} is not accepted (only {', '.join(keys)})"
+            )
+        return document
 
     # -- inference -------------------------------------------------------------------------------
 
@@ -199,13 +252,18 @@ class Endpoints:
             return self.bodies.read(request, daemon.max_json_bytes, "max_json_bytes", JSON_ADVICE)
         return self.bodies.read(request, daemon.max_request_bytes, "max_request_bytes")
 
-    async def _json_object(self, request: web.Request) -> dict[str, Any]:
+    async def _json_object(
+        self, request: web.Request, what: str = "the request", empty: bool = False
+    ) -> dict[str, Any]:
+        """The body's JSON object; with `empty`, an empty body is `{}`."""
         async with self.bodies.read(
             request, self.bodies.daemon.max_json_bytes, "max_json_bytes"
         ) as body:
-            document = values.parse_json(body, "the request")
+            if empty and not body.strip():
+                return {}
+            document = values.parse_json(body, what)
         if not isinstance(document, dict):
-            raise RequestError("the body must be a JSON object")
+            raise RequestError(f"{what}: the body must be a JSON object")
         return document
 
     async def _run(

@@ -61,7 +61,7 @@ class InferRequest:
     timeout_us: int | None
 
 
-def _params(item: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+def parameters_of(item: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     params = item.get("parameters", {})
     if not isinstance(params, dict):
         raise RequestError(f"{what}: parameters must be a JSON object")
@@ -145,7 +145,7 @@ def _input(
             f"{what}: {count} elements ({nbytes} bytes) exceed the limit of {interface.limit} bytes",
             413,
         )
-    params = _params(item, what)
+    params = parameters_of(item, what)
     ref = _shm(params, what)
     used = 0
     if ref is not None:
@@ -185,7 +185,7 @@ def decode(
     request_id = header.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise RequestError("id must be a string")
-    params = _params(header, "request")
+    params = parameters_of(header, "request")
     items = header.get("inputs")
     if not isinstance(items, list) or not items:
         raise RequestError("inputs must be a non-empty list")
@@ -242,7 +242,7 @@ def _outputs(
         if names[name] in wanted:
             raise RequestError(f"output {name!r} is requested twice")
         what = f"output {name!r}"
-        out_params = _params(item, what)
+        out_params = parameters_of(item, what)
         binary = out_params.get("binary_data", default)
         if not isinstance(binary, bool):
             raise RequestError(f"{what}: binary_data must be true or false")

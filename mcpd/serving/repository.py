@@ -1,10 +1,12 @@
 """The models being served: loading in the background, failures reported, reloads that add,
-remove or replace models while the others keep serving.
+remove or replace models while the others keep serving, and Triton's load and unload requests
+(docs/serving-protocol.md §2.3).
 
 Owned by the event loop. Loading (seconds for a big model) runs on a loader thread; a replacement
 keeps the running version serving until the new one is ready, then swaps it in and drains the old
 one, so no request is dropped. A replacement that fails to load leaves the old version serving and
-says so.
+says so. Each load is numbered (`Entry.generation`): only the newest one asked for may swap in, so a
+slow load that finishes after a later one, or after an unload, is discarded.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ class Entry:
     file: tuple[int, ...] | None = None
     """The model file's identity when that load was asked for (see `_file_identity`)."""
     state: str = "loading"
-    """loading, ready or failed."""
+    """loading, ready, failed or unloaded (by a client's unload request)."""
+    generation: int = 0
+    """Bumped by every load asked for and every unload; a load swaps in only if still current."""
     worker: ModelWorker | None = None
     interface: Interface | None = None
     error: str | None = None
@@ -87,7 +91,7 @@ class Repository:
         self._loader = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="model-load", initializer=lower_priority
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[str | None]] = set()
         self._optimizing: set[asyncio.Task[None]] = set()
 
     # -- reads (the HTTP handlers) ---------------------------------------------------------------
@@ -103,6 +107,13 @@ class Repository:
     def serving(self, name: str, version: str | None = None) -> tuple[Entry, ModelWorker]:
         entry = self.get(name, version)
         if entry.worker is None:
+            if entry.state == "unloaded":
+                # Triton: NOT_FOUND "has no available versions", or UNAVAILABLE when the request
+                # names the version (docs/serving-protocol.md §2.3).
+                raise RequestError(
+                    f"model {name!r} is unloaded; POST /v2/repository/models/{name}/load loads it",
+                    404 if version is None else 503,
+                )
             why = f"failed to load: {entry.error}" if entry.state == "failed" else "still loading"
             raise RequestError(f"model {name!r} is not ready: {why}", 503)
         return entry, entry.worker
@@ -114,7 +125,11 @@ class Repository:
 
     @property
     def all_ready(self) -> bool:
-        return all(entry.worker is not None for entry in self.entries.values())
+        """Every model serves but those a client unloaded (Triton counts only the models it was
+        asked to load)."""
+        return all(
+            entry.worker is not None or entry.state == "unloaded" for entry in self.entries.values()
+        )
 
     def stats(self) -> dict[str, ModelStats]:
         return {name: _stats(entry) for name, entry in self.entries.items()}
@@ -136,17 +151,61 @@ class Repository:
             if entry is not None and entry.config == model and entry.file == file:
                 continue
             if entry is None:
-                self.entries[name] = Entry(model, file)
-            else:
+                entry = self.entries[name] = Entry(model, file)
+            elif entry.state == "unloaded":  # stays unloaded until a client loads it
                 entry.config, entry.file = model, file
-                if entry.worker is None:
-                    entry.state, entry.error = "loading", None
-            task = asyncio.create_task(self._load(model))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+                continue
+            self._start_load(entry, model, file)
 
-    async def _load(self, model: ModelSection, built: Built | None = None) -> None:
-        """Load `model` (or, with `built`, its optimized file) and swap it in."""
+    def _start_load(
+        self, entry: Entry, model: ModelSection, file: tuple[int, ...] | None
+    ) -> asyncio.Task[str | None]:
+        entry.config, entry.file = model, file
+        entry.generation += 1
+        if entry.worker is None:
+            entry.state, entry.error = "loading", None
+        task = asyncio.create_task(self._load(model, entry.generation))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def load(self, name: str) -> None:
+        """A client's load request: read the configured model's file again and swap it in, like a
+        reload of a replaced file; returns once it serves. A load that fails leaves the previous
+        version (if any) serving and raises a 400 naming the file and the reason (Triton answers a
+        failed load with INVALID_ARG)."""
+        entry = self.get(name)
+        model = entry.config
+        task = self._start_load(entry, model, _file_identity(model.path))
+        generation = entry.generation
+        # Shielded: a client that hangs up does not cancel a load that others may be waiting for.
+        error = await asyncio.shield(task)
+        if error is not None:
+            serving = "the previous version serves on" if entry.worker else "it does not serve"
+            raise RequestError(f"model {name!r}: loading {model.path} failed ({serving}): {error}")
+        if self.entries.get(name) is not entry or entry.generation != generation:
+            raise RequestError(f"model {name!r}: a later reload, load or unload overtook this load")
+
+    async def unload(self, name: str) -> None:
+        """A client's unload request: stop taking requests for the model, finish those it already
+        took, release it. It stays unloaded (through config reloads too) until a load request."""
+        entry = self.get(name)
+        old, entry.worker, entry.interface = entry.worker, None, None
+        entry.generation += 1  # a load still running is discarded when it finishes
+        entry.state, entry.error = "unloaded", None
+        log.info("model %s unloaded on request", name)
+        self.events.publish(
+            Event(
+                "model", f"model {name} unloaded on request", {"model": name, "state": "unloaded"}
+            )
+        )
+        await self._retire(old)
+
+    async def _load(
+        self, model: ModelSection, generation: int, built: Built | None = None
+    ) -> str | None:
+        """Load `model` (or, with `built`, its optimized file) and swap it in if no later load or
+        unload was asked for meanwhile. Returns why it failed, or None."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         # The optimized file replaces the path; a saved graph of the original must not stand in.
@@ -165,12 +224,11 @@ class Repository:
         try:
             backend = await loop.run_in_executor(self._loader, backends.load, source)
         except Exception as exc:
-            self._failed(model, exc)
-            return
+            return self._failed(model, generation, exc)
         entry = self.entries.get(model.name)
-        if entry is None or entry.config != model:  # removed or changed again while loading
+        if entry is None or entry.generation != generation:  # removed, changed, or unloaded
             await loop.run_in_executor(self._loader, backend.close)
-            return
+            return None
         worker = ModelWorker(
             model.name,
             backend,
@@ -200,11 +258,12 @@ class Repository:
         self.events.publish(Event("model", message, {"model": model.name, "state": "ready"}))
         await self._retire(old)
         if built is None and model.optimize != "off" and self.optimizer is not None:
-            task = asyncio.create_task(self._optimize(model, self.optimizer))
+            task = asyncio.create_task(self._optimize(model, generation, self.optimizer))
             self._optimizing.add(task)
             task.add_done_callback(self._optimizing.discard)
+        return None
 
-    async def _optimize(self, model: ModelSection, optimizer: Optimizer) -> None:
+    async def _optimize(self, model: ModelSection, generation: int, optimizer: Optimizer) -> None:
         """Build (or take from the cache) the optimized model while the original serves; swap it
         in through the same path as a reload. A failure is an event; the original serves on."""
         log.info("model %s: optimizing (%s) in the background", model.name, model.optimize)
@@ -218,14 +277,14 @@ class Repository:
             )
             return
         entry = self.entries.get(model.name)
-        if entry is not None and entry.config == model:
-            await self._load(model, built)
+        if entry is not None and entry.generation == generation:
+            await self._load(model, generation, built)
 
-    def _failed(self, model: ModelSection, exc: Exception) -> None:
+    def _failed(self, model: ModelSection, generation: int, exc: Exception) -> str:
         error = str(exc) if isinstance(exc, LoadError) else f"{type(exc).__name__}: {exc}"
         entry = self.entries.get(model.name)
-        if entry is None or entry.config != model:
-            return
+        if entry is None or entry.generation != generation:
+            return error
         entry.error = error
         if entry.worker is None:
             entry.state = "failed"
@@ -234,6 +293,7 @@ class Repository:
             message = f"model {model.name} reload failed, the previous version serves on: {error}"
         log.error("%s", message)
         self.events.publish(Event("model", message, {"model": model.name, "state": "failed"}))
+        return error
 
     async def _retire(self, worker: ModelWorker | None) -> None:
         if worker is not None:
