@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mcpd.serving.tensors import DTYPES, datatype_of
+from mcpd.serving.tensors import DTYPES, datatype_of, deserialize_bytes, serialize_bytes
 
 DEFAULT_SOCKET = "/run/mcpd/mcpd.sock"
 
@@ -143,15 +144,18 @@ class Client:
         outputs: Sequence[str] | None = None,
         request_id: str | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run `model` on `inputs` (batch dimension first); returns the outputs by name."""
+        """Run `model` on `inputs` (batch dimension first); returns the outputs by name. Text
+        inputs (numpy str or bytes arrays) go as BYTES; BYTES outputs come back as object arrays of
+        `bytes`, as tritonclient returns them."""
         arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
+        blobs = {name: _binary(array) for name, array in arrays.items()}
         header: dict[str, Any] = {
             "inputs": [
                 {
                     "name": name,
-                    "datatype": datatype_of(array.dtype),
+                    "datatype": "BYTES" if array.dtype.kind in "USO" else datatype_of(array.dtype),
                     "shape": list(array.shape),
-                    "parameters": {"binary_data_size": array.nbytes},
+                    "parameters": {"binary_data_size": len(blobs[name])},
                 }
                 for name, array in arrays.items()
             ],
@@ -163,7 +167,7 @@ class Client:
         else:
             header["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
         head = json.dumps(header).encode()
-        body = b"".join([head, *(array.tobytes() for array in arrays.values())])
+        body = b"".join([head, *blobs.values()])
         response = self.request(
             "POST",
             f"/v2/models/{model}/infer",
@@ -174,6 +178,14 @@ class Client:
             },
         )
         return response.outputs()
+
+
+def _binary(array: np.ndarray) -> bytes:
+    """A tensor's bytes in the binary extension's form; text (str, bytes or object arrays of them)
+    as a serialized BYTES tensor."""
+    if array.dtype.kind in "US":
+        array = array.astype(object)
+    return serialize_bytes(array) if array.dtype.kind == "O" else array.tobytes()
 
 
 @dataclass(frozen=True)
@@ -208,7 +220,11 @@ class Reply:
         for output in header["outputs"]:
             dtype = DTYPES[output["datatype"]]
             size = output.get("parameters", {}).get("binary_data_size")
-            if size is not None:
+            if size is not None and output["datatype"] == "BYTES":
+                array = np.empty(math.prod(output["shape"]), object)
+                array[:] = deserialize_bytes(body[offset : offset + int(size)], array.size)
+                offset += int(size)
+            elif size is not None:
                 array = np.frombuffer(body, dtype, int(size) // dtype.itemsize, offset)
                 offset += int(size)
             elif "data" in output:

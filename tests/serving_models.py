@@ -81,3 +81,35 @@ def sequence(path: Path) -> Path:
         [info("y", TensorProto.FLOAT, ["N", "L"])],
         path,
     )
+
+
+def strings(path: Path, batch: int | str = "N") -> Path:
+    """String tensors both ways: text STRING [batch, 2] -> echo = text, code INT64 [batch, 2] = 1
+    for "yes", 0 for "no", -1 otherwise (ai.onnx.ml LabelEncoder)."""
+    nodes = [
+        helper.make_node("Identity", ["text"], ["echo"]),
+        helper.make_node(
+            "LabelEncoder",
+            ["text"],
+            ["code"],
+            domain="ai.onnx.ml",
+            keys_strings=["yes", "no"],
+            values_int64s=[1, 0],
+            default_int64=-1,
+        ),
+    ]
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "strings",
+        [info("text", TensorProto.STRING, [batch, 2])],
+        [info("echo", TensorProto.STRING, [batch, 2]), info("code", TensorProto.INT64, [batch, 2])],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", 2)],
+    )
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path

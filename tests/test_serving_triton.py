@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.serving_models import mixed, scale
+from tests.serving_models import mixed, scale, strings
 from tests.serving_server import Served, config
 
 httpclient = pytest.importorskip("tritonclient.http")
 shm = pytest.importorskip("tritonclient.utils.shared_memory")
+import tritonclient.utils as tritonutils  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 
@@ -34,6 +35,7 @@ def triton(tmp_path: Path) -> Iterator[httpclient.InferenceServerClient]:
     models = [
         {"name": "m", "path": str(scale(tmp_path / "scale.onnx"))},
         {"name": "mixed", "path": str(mixed(tmp_path / "mixed.onnx"))},
+        {"name": "strings", "path": str(strings(tmp_path / "strings.onnx"))},
     ]
     served = Served(config(tmp_path, models))
     served.wait_settled()
@@ -145,3 +147,40 @@ def test_repository_index_unload_and_load(triton: httpclient.InferenceServerClie
     assert triton.is_model_ready("m")
     with pytest.raises(InferenceServerException, match="parameter 'config' is not accepted"):
         triton.load_model("m", config='{"backend": "onnxruntime"}')
+
+
+TEXT = np.array([["yes", "héllo"], ["", "日本語"]], dtype=object)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_bytes_tensors_both_ways(triton: httpclient.InferenceServerClient, binary: bool) -> None:
+    inp = httpclient.InferInput("text", [2, 2], "BYTES")
+    inp.set_data_from_numpy(TEXT, binary_data=binary)
+    outputs = [
+        httpclient.InferRequestedOutput(name, binary_data=binary) for name in ("echo", "code")
+    ]
+    result = triton.infer("strings", [inp], outputs=outputs)
+    echo = result.as_numpy("echo")
+    # Binary BYTES come back as bytes, JSON ones as the strings sent (tritonclient's as_numpy).
+    expected = [[s.encode() for s in row] for row in TEXT] if binary else TEXT.tolist()
+    assert echo.tolist() == expected  # not "b'yes'": the server gave onnxruntime str
+    np.testing.assert_array_equal(result.as_numpy("code"), [[1, -1], [-1, -1]])
+
+
+def test_bytes_tensors_through_shared_memory(triton: httpclient.InferenceServerClient) -> None:
+    key = f"/mcpd-test-bytes-{time.monotonic_ns()}"
+    serialized = tritonutils.serialize_byte_tensor(TEXT)  # what tritonclient's helper writes
+    region = shm.create_shared_memory_region("text", key, 1024)
+    try:
+        shm.set_shared_memory_region(region, [serialized])
+        triton.register_system_shared_memory("text", key, 1024)
+        inp = httpclient.InferInput("text", [2, 2], "BYTES")
+        inp.set_shared_memory("text", len(serialized.item()))
+        out = httpclient.InferRequestedOutput("echo", binary_data=True)
+        out.set_shared_memory("text", 512, offset=512)
+        triton.infer("strings", [inp], outputs=[out])
+        echo = shm.get_contents_as_numpy(region, np.object_, [2, 2], offset=512)
+        assert echo.tolist() == [[s.encode() for s in row] for row in TEXT]
+        triton.unregister_system_shared_memory("text")
+    finally:
+        shm.destroy_shared_memory_region(region)

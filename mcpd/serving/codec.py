@@ -18,7 +18,7 @@ import numpy as np
 
 from mcpd.serving.errors import RequestError
 from mcpd.serving.shm import PeerMemory, ShmRef
-from mcpd.serving.tensors import TensorSpec, datatype_of
+from mcpd.serving.tensors import TensorSpec, datatype_of, deserialize_bytes, serialize_bytes
 from mcpd.serving.values import brief, integer, parse_json
 
 VERSION = "1"
@@ -106,6 +106,47 @@ def _from_json(data: object, spec: TensorSpec, count: int, what: str) -> np.ndar
     return array.astype(target, copy=False).reshape(-1)
 
 
+def _within(nbytes: int, interface: Interface, what: str) -> None:
+    if nbytes > interface.limit:
+        raise RequestError(f"{what} exceed the limit of {interface.limit} bytes", 413)
+
+
+def _strings(raw: bytes | bytearray | memoryview, count: int, what: str) -> np.ndarray:
+    """A serialized BYTES tensor as the `str` elements onnxruntime's string tensors take: its
+    Python API would turn `bytes` into the text "b'...'". Bytes that are not UTF-8 cannot be such
+    text, so they are refused rather than altered."""
+    try:
+        elements = deserialize_bytes(raw, count)
+    except ValueError as exc:
+        raise RequestError(f"{what}: BYTES data: {exc}") from None
+    flat = np.empty(count, object)
+    for index, element in enumerate(elements):
+        try:
+            flat[index] = element.decode()
+        except UnicodeDecodeError as exc:
+            raise RequestError(
+                f"{what}: element {index} is not UTF-8 ({exc.reason} at byte {exc.start}); "
+                "string tensors hold text"
+            ) from None
+    return flat
+
+
+def _json_strings(data: object, count: int, what: str) -> np.ndarray:
+    """JSON BYTES data: strings, in a nested or flat list."""
+    if not isinstance(data, list):
+        raise RequestError(f"{what}: data must be a (nested or flat) JSON list")
+    items: list[Any] = data
+    while items and all(isinstance(item, list) for item in items):
+        items = [element for inner in items for element in inner]
+    if not all(isinstance(item, str) for item in items):
+        raise RequestError(f"{what}: BYTES data in JSON must be strings")
+    if len(items) != count:
+        raise RequestError(f"{what}: {len(items)} values in data, the shape needs {count}")
+    flat = np.empty(count, object)
+    flat[:] = items
+    return flat
+
+
 def _input(
     item: object,
     interface: Interface,
@@ -139,31 +180,35 @@ def _input(
             f"{what}: batch of {shape[0]}, this model takes 1..{interface.max_batch}"
         )
     count = math.prod(shape)
-    nbytes = count * spec.dtype.itemsize
-    if nbytes > interface.limit:
-        raise RequestError(
-            f"{what}: {count} elements ({nbytes} bytes) exceed the limit of {interface.limit} bytes",
-            413,
-        )
+    text = spec.datatype == "BYTES"
+    nbytes = count * spec.dtype.itemsize  # BYTES: checked once the serialized size is known
+    if not text:
+        _within(nbytes, interface, f"{what}: {count} elements ({nbytes} bytes)")
     params = parameters_of(item, what)
     ref = _shm(params, what)
     used = 0
     if ref is not None:
         if "data" in item:
             raise RequestError(f"{what}: give data or shared memory, not both")
-        if ref.byte_size != nbytes:
+        if text:
+            _within(ref.byte_size, interface, f"{what}: shared_memory_byte_size {ref.byte_size}")
+            flat = _strings(shm.read(ref, np.dtype(np.uint8), ref.byte_size).data, count, what)
+        elif ref.byte_size != nbytes:
             raise RequestError(f"{what}: shared_memory_byte_size {ref.byte_size}, needs {nbytes}")
-        flat = shm.read(ref, spec.dtype, count)
+        else:
+            flat = shm.read(ref, spec.dtype, count)
     elif "binary_data_size" in params:
         size = integer(params["binary_data_size"], f"{what}: binary_data_size")
-        if size != nbytes:
+        if size != nbytes and not text:
             raise RequestError(f"{what}: binary_data_size {size}, shape {shape} needs {nbytes}")
         if offset + size > len(binary):
             raise RequestError(f"{what}: its binary data runs past the end of the body")
-        flat = np.frombuffer(binary[offset : offset + size], spec.dtype)
+        raw = binary[offset : offset + size]
+        flat = _strings(raw, count, what) if text else np.frombuffer(raw, spec.dtype)
         used = size
     elif "data" in item:
-        flat = _from_json(item["data"], spec, count, what)
+        data = item["data"]
+        flat = _json_strings(data, count, what) if text else _from_json(data, spec, count, what)
     else:
         raise RequestError(f"{what}: no data, binary_data_size or shared_memory_region")
     return index, flat.reshape(shape), used
@@ -264,15 +309,17 @@ def encode(
             "datatype": datatype_of(array.dtype),
             "shape": list(array.shape),
         }
+        if want.shm is not None or want.binary:
+            raw = serialize_bytes(array) if array.dtype.kind == "O" else array.tobytes()
         if want.shm is not None:
-            shm.write(want.shm, array)
+            shm.write(want.shm, np.frombuffer(raw, np.uint8))
             item["parameters"] = {
                 "shared_memory_region": want.shm.region,
-                "shared_memory_byte_size": array.nbytes,
+                "shared_memory_byte_size": len(raw),
             }
         elif want.binary:
-            blobs.append(array.tobytes())
-            item["parameters"] = {"binary_data_size": array.nbytes}
+            blobs.append(raw)
+            item["parameters"] = {"binary_data_size": len(raw)}
         else:
             item["data"] = _json_values(array.reshape(-1))
         items.append(item)

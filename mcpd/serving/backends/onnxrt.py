@@ -46,6 +46,7 @@ ORT_TYPES = {
     "tensor(float16)": "FP16",
     "tensor(float)": "FP32",
     "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
 }
 
 Provider = tuple[str, dict[str, Any]]
