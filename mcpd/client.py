@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from mcpd.client_regions import InRegion, Region, Slot
 from mcpd.serving.tensors import DTYPES, datatype_of, deserialize_bytes, serialize_bytes
 
 DEFAULT_SOCKET = "/run/mcpd/mcpd.sock"
@@ -130,6 +131,26 @@ class Client:
     def unload(self, model: str) -> None:
         self.request("POST", f"/v2/repository/models/{model}/unload").checked()
 
+    def create_region(self, key: str, byte_size: int) -> Region:
+        """A shared memory object (/dev/shm/KEY) the daemon can open although it runs as another
+        user: mode 0660, in the socket's group (the daemon's; README, "Shared memory")."""
+        return Region(key, byte_size, os.stat(self.socket_path).st_gid)
+
+    def register(self, name: str, region: Region, offset: int = 0, byte_size: int = 0) -> None:
+        """Register `region` (from `offset`, `byte_size` bytes, all the rest by default)."""
+        body = {
+            "key": region.key,
+            "offset": offset,
+            "byte_size": byte_size or region.byte_size - offset,
+        }
+        payload = json.dumps(body).encode()
+        self.request("POST", f"/v2/systemsharedmemory/region/{name}/register", payload).checked()
+
+    def unregister(self, name: str | None = None) -> None:
+        """One region, or all of this user's."""
+        path = "/v2/systemsharedmemory" + (f"/region/{name}" if name else "") + "/unregister"
+        self.request("POST", path).checked()
+
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", "/v2/mcpd/status")
         return result
@@ -140,34 +161,44 @@ class Client:
     def infer(
         self,
         model: str,
-        inputs: Mapping[str, np.ndarray],
+        inputs: Mapping[str, np.ndarray | InRegion],
         outputs: Sequence[str] | None = None,
         request_id: str | None = None,
+        output_regions: Mapping[str, Slot] | None = None,
     ) -> dict[str, np.ndarray]:
         """Run `model` on `inputs` (batch dimension first); returns the outputs by name. Text
         inputs (numpy str or bytes arrays) go as BYTES; BYTES outputs come back as object arrays of
-        `bytes`, as tritonclient returns them."""
-        arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-        blobs = {name: _binary(array) for name, array in arrays.items()}
-        header: dict[str, Any] = {
-            "inputs": [
-                {
-                    "name": name,
-                    "datatype": "BYTES" if array.dtype.kind in "USO" else datatype_of(array.dtype),
-                    "shape": list(array.shape),
-                    "parameters": {"binary_data_size": len(blobs[name])},
-                }
-                for name, array in arrays.items()
-            ],
-        }
+        `bytes`, as tritonclient returns them. An input may lie in a registered shared memory
+        region (`InRegion`), and outputs named in `output_regions` are written into one instead
+        of returned; only the outputs named in `outputs` or `output_regions` are then computed."""
+        items: list[dict[str, Any]] = []
+        blobs: list[bytes] = []
+        for name, value in inputs.items():
+            if isinstance(value, InRegion):
+                shape, datatype, params = list(value.shape), value.datatype, _placed(value.slot)
+            else:
+                array = np.ascontiguousarray(value)
+                blobs.append(_binary(array))
+                shape, params = list(array.shape), {"binary_data_size": len(blobs[-1])}
+                datatype = "BYTES" if array.dtype.kind in "USO" else datatype_of(array.dtype)
+            items.append({"name": name, "datatype": datatype, "shape": shape, "parameters": params})
+        header: dict[str, Any] = {"inputs": items}
         if request_id is not None:
             header["id"] = request_id
-        if outputs is None:
+        placed = dict(output_regions or {})
+        if outputs is None and not placed:
             header["parameters"] = {"binary_data_output": True}
         else:
-            header["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
+            names = [*(outputs or ()), *(n for n in placed if n not in (outputs or ()))]
+            header["outputs"] = [
+                {
+                    "name": n,
+                    "parameters": _placed(placed[n]) if n in placed else {"binary_data": True},
+                }
+                for n in names
+            ]
         head = json.dumps(header).encode()
-        body = b"".join([head, *blobs.values()])
+        body = b"".join([head, *blobs])
         response = self.request(
             "POST",
             f"/v2/models/{model}/infer",
@@ -178,6 +209,14 @@ class Client:
             },
         )
         return response.outputs()
+
+
+def _placed(slot: Slot) -> dict[str, Any]:
+    return {
+        "shared_memory_region": slot.region,
+        "shared_memory_byte_size": slot.byte_size,
+        "shared_memory_offset": slot.offset,
+    }
 
 
 def _binary(array: np.ndarray) -> bytes:

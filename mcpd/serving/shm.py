@@ -17,6 +17,7 @@ clients, so it may not register.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -93,6 +94,11 @@ class SharedMemory:
             fd = os.open(os.path.join(self.root, base), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except (OSError, UnicodeEncodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "not a valid file name"
+            if isinstance(exc, OSError) and exc.errno == errno.EACCES:
+                why += (
+                    " (mcpd runs as its own user: give the object mode 0660 and mcpd's group, "
+                    "as mcpd.client's create_region does)"
+                )
             raise RequestError(f"cannot open shared memory key {key!r}: {why}") from None
         try:
             info = os.fstat(fd)
