@@ -95,9 +95,9 @@ class SharedMemory:
         except (OSError, UnicodeEncodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "not a valid file name"
             if isinstance(exc, OSError) and exc.errno == errno.EACCES:
-                why += (
-                    " (mcpd runs as its own user: give the object mode 0660 and mcpd's group, "
-                    "as mcpd.client's create_region does)"
+                why = (
+                    f"{why} (mcpd runs as its own user: give the object mode 0660 and mcpd's "
+                    "group, as mcpd.client's create_region does)"
                 )
             raise RequestError(f"cannot open shared memory key {key!r}: {why}") from None
         try:
