@@ -103,6 +103,8 @@ def inference(models: Mapping[str, ModelStats]) -> dict[str, Any]:
             "p50_ms": _round(stats.p50_ms, 3),
             "p99_ms": _round(stats.p99_ms, 3),
             "queue_depth": stats.queue_depth,
+            # the execution provider that runs it (onnxruntime: the first the session took)
+            "provider": stats.detail.get("provider"),
             # precision, speedup, cosine_min, top1_agreement of what serves (`optimize`)
             "optimized": stats.detail.get("optimized"),
         }

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnxruntime
 import pytest
 
 from mcpd.probe import probe
@@ -78,7 +79,12 @@ def test_probe_command_json(tmp_path: Path, profile: str) -> None:
                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     result = json.loads(out.stdout)
     assert set(result) == {"platform", "model", "temperatures", "powers", "temperature_c", "power_w",
-                           "power_estimated", "power_source", "domains"}  # fmt: skip
+                           "power_estimated", "power_source", "domains", "execution_providers",
+                           "gpu_warning"}  # fmt: skip
+    assert result["execution_providers"] == onnxruntime.get_available_providers()
+    jetson_on_cpu = profile.startswith("jetson") and not {
+        "CUDAExecutionProvider", "TensorrtExecutionProvider"} & set(result["execution_providers"])  # fmt: skip
+    assert (result["gpu_warning"] is not None) is jetson_on_cpu
     assert result["platform"] == EXPECTED[profile][0]
     assert [d["name"] for d in result["domains"]] == EXPECTED[profile][3]
     assert {"name", "source", "celsius", "governs"} == set(result["temperatures"][0])
@@ -86,6 +92,8 @@ def test_probe_command_json(tmp_path: Path, profile: str) -> None:
     table = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(sim.root)],
                            capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
     assert table.startswith(f"platform     {EXPECTED[profile][0]}")
+    assert f"\nproviders    {', '.join(result['execution_providers'])}\n" in table
+    assert ("\nwarning      this jetson" in table) is jetson_on_cpu
 
 
 def test_probe_of_a_missing_root_fails(tmp_path: Path) -> None:

@@ -76,6 +76,10 @@ def test_arm64_venv_python_is_the_targets(arm64_tree: Path) -> None:
     assert (site / "rknnlite").is_dir()  # platform_machine == 'aarch64'
     wrapper = (arm64_tree / "usr/bin/mcpd").read_text()
     assert "exec /opt/mcpd/bin/python " in wrapper
+    # JetPack's onnxruntime-gpu in /opt/mcpd/overrides comes first (tests/test_package_overrides.py)
+    assert (site / "mcpd-overrides.pth").read_bytes() == (
+        TOP / "packaging/mcpd-overrides.pth"
+    ).read_bytes()
 
 
 def test_arm64_native_code_is_aarch64(arm64_tree: Path) -> None:

@@ -35,13 +35,13 @@ def format_status(doc: Mapping[str, Any]) -> str:
     if inference:
         batch = doc.get("batch") or {}
         lines += ["", f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
-                  f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}"]  # fmt: skip
+                  f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  provider"]  # fmt: skip
         for name, m in inference.items():
             lines.append(
                 f"{name:<18} {'yes' if m.get('ready') else 'no':<6} {batch.get(name, '-'):>5} "
                 f"{m.get('requests', 0):>9} {m.get('errors', 0):>7} "
                 f"{number(m.get('p50_ms'), '', 2):>8} {number(m.get('p99_ms'), '', 2):>8} "
-                f"{m.get('queue_depth', 0):>6}"
+                f"{m.get('queue_depth', 0):>6}  {m.get('provider') or '-'}"
             )
     return "\n".join(lines)
 

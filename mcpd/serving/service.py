@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mcpd import board
 from mcpd.config import Config
 from mcpd.events import EventBus
 from mcpd.listen import Listener, listen
@@ -90,7 +91,19 @@ class InferenceService:
         self._runner = runner
         where = self._listener.path or "the socket passed by systemd"
         log.info("serving the Open Inference Protocol on %s", where)
+        self._warn_if_gpu_unused()
         await self.repository.apply(self.config.models)
+
+    def _warn_if_gpu_unused(self) -> None:
+        """A Jetson serving on the CPU because its onnxruntime lacks the GPU providers says so
+        once at start (onnxruntime is imported only where a Jetson is detected)."""
+        platform = board.detect(self.config.daemon.sysfs_root).platform
+        if platform.startswith("jetson"):
+            from mcpd.serving.backends import onnxrt
+
+            warning = onnxrt.gpu_missing(platform, onnxrt.available_providers())
+            if warning:
+                log.warning("%s", warning)
 
     async def stop(self) -> None:
         """Stop accepting, finish the queued requests, release the models and shared memory."""

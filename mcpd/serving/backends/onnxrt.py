@@ -49,7 +49,27 @@ ORT_TYPES = {
     "tensor(string)": "BYTES",
 }
 
+GPU_PROVIDERS = (PROVIDERS["tensorrt"], PROVIDERS["cuda"])
+
 Provider = tuple[str, dict[str, Any]]
+
+
+def available_providers() -> list[str]:
+    """The execution providers this onnxruntime build has, in its order of preference."""
+    return list(ort.get_available_providers())
+
+
+def gpu_missing(platform: str, available: Sequence[str]) -> str | None:
+    """The warning for a Jetson whose onnxruntime has neither GPU provider: PyPI's aarch64
+    onnxruntime is built for the CPU alone (docs/serving-protocol.md §5.7), so a board that
+    has a GPU would serve on the CPU without a word."""
+    if not platform.startswith("jetson") or any(p in available for p in GPU_PROVIDERS):
+        return None
+    return (
+        f"this {platform} board's onnxruntime has no CUDA or TensorRT provider (it has "
+        f"{', '.join(available)}): models run on the CPU, not the GPU; install JetPack's "
+        'onnxruntime-gpu (README, "The GPU on Jetson")'
+    )
 
 
 def plan_providers(
@@ -122,7 +142,7 @@ class OnnxBackend:
     def __init__(self, model: ModelSection) -> None:
         self.name = model.name
         options = model.onnxruntime
-        available = ort.get_available_providers()
+        available = available_providers()
         profile: dict[str, str] = {}
         if "tensorrt" in options.providers and PROVIDERS["tensorrt"] in available:
             probe = self._session(model.path, "disable", 1, "", [(PROVIDERS["cpu"], {})])
@@ -152,7 +172,7 @@ class OnnxBackend:
         self.fixed_batch = fixed_batch(self.inputs, self.outputs)
         self._input_names = [spec.name for spec in self.inputs]
         self._output_names = [spec.name for spec in self.outputs]
-        self.detail = {"provider": used[0], "cached_graph": path != model.path}
+        self.detail = {"provider": used[0], "providers": used, "cached_graph": path != model.path}
         self._warm_up()
 
     def _warm_up(self) -> None:
