@@ -22,7 +22,7 @@ from aiohttp import web
 
 from mcpd import __version__
 from mcpd.config import DaemonSection
-from mcpd.serving import codec, metrics, values
+from mcpd.serving import codec, metrics, model_control, values
 from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.repository import Repository
@@ -142,68 +142,20 @@ class Endpoints:
         return web.Response(status=200 if entry.worker is not None else 400)
 
     async def index(self, request: web.Request) -> web.Response:
-        body = await self._repository_request(request, "index", ("ready",))
-        only_ready = body.get("ready", False)
-        if not isinstance(only_ready, bool):
-            raise RequestError("index: ready must be true or false")
-        states = {
-            "ready": "READY",
-            "loading": "LOADING",
-            "failed": "UNAVAILABLE",
-            "unloaded": "UNAVAILABLE",
-        }
-        return reply(
-            [
-                {
-                    "name": name,
-                    "version": codec.VERSION,
-                    "state": states[entry.state],
-                    # Triton's reason for a model it unloaded (docs/serving-protocol.md §2.3).
-                    "reason": "unloaded" if entry.state == "unloaded" else entry.error or "",
-                }
-                for name, entry in sorted(self.repository.entries.items())
-                if not only_ready or entry.state == "ready"
-            ]
-        )
+        body = await self._json_object(request, "the index request", empty=True)
+        return reply(model_control.index(self.repository.entries, body))
 
     async def load(self, request: web.Request) -> web.Response:
-        """Load (again) a model of the configuration. A client never names a file: Triton's
-        "config" and "file:..." parameters, which would, are refused."""
-        body = await self._repository_request(request, "load", ("parameters",))
-        refused = list(codec.parameters_of(body, "load"))
-        if refused:  # Triton's "config" and "file:<version>/<name>" would name or carry a model
-            raise RequestError(
-                f"load: parameter {values.brief(refused[0])} is not accepted: mcpd loads only the "
-                "models of its configuration, from the path there ([[models]] path)"
-            )
+        """Load a model of the configuration again from its file; 200 once it serves."""
+        model_control.check_load(await self._json_object(request, "the load request", empty=True))
         await self.repository.load(request.match_info["name"])
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
-        body = await self._repository_request(request, "unload", ("parameters",))
-        for key, value in codec.parameters_of(body, "unload").items():
-            if key != "unload_dependents":
-                raise RequestError(
-                    f"unload: parameter {values.brief(key)} is not accepted (only "
-                    "unload_dependents)"
-                )
-            if not isinstance(value, bool):  # accepted, and moot: mcpd has no ensembles
-                raise RequestError("unload: unload_dependents must be true or false")
+        body = await self._json_object(request, "the unload request", empty=True)
+        model_control.check_unload(body)
         await self.repository.unload(request.match_info["name"])
         return web.Response(status=200)
-
-    async def _repository_request(
-        self, request: web.Request, what: str, keys: tuple[str, ...]
-    ) -> dict[str, Any]:
-        """The optional JSON object of a repository request, with only the keys Triton defines
-        for it (docs/serving-protocol.md §2.3)."""
-        document = await self._json_object(request, f"the {what} request", empty=True)
-        unknown = [key for key in document if key not in keys]
-        if unknown:
-            raise RequestError(
-                f"{what}: field {values.brief(unknown[0])} is not accepted (only {', '.join(keys)})"
-            )
-        return document
 
     # -- inference -------------------------------------------------------------------------------
 

@@ -16,9 +16,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from mcpd.serving import strings
 from mcpd.serving.errors import RequestError
 from mcpd.serving.shm import PeerMemory, ShmRef
-from mcpd.serving.tensors import TensorSpec, datatype_of, deserialize_bytes, serialize_bytes
+from mcpd.serving.tensors import TensorSpec, datatype_of, serialize_bytes
 from mcpd.serving.values import brief, integer, parse_json
 
 VERSION = "1"
@@ -111,42 +112,6 @@ def _within(nbytes: int, interface: Interface, what: str) -> None:
         raise RequestError(f"{what} exceed the limit of {interface.limit} bytes", 413)
 
 
-def _strings(raw: bytes | bytearray | memoryview, count: int, what: str) -> np.ndarray:
-    """A serialized BYTES tensor as the `str` elements onnxruntime's string tensors take: its
-    Python API would turn `bytes` into the text "b'...'". Bytes that are not UTF-8 cannot be such
-    text, so they are refused rather than altered."""
-    try:
-        elements = deserialize_bytes(raw, count)
-    except ValueError as exc:
-        raise RequestError(f"{what}: BYTES data: {exc}") from None
-    flat = np.empty(count, object)
-    for index, element in enumerate(elements):
-        try:
-            flat[index] = element.decode()
-        except UnicodeDecodeError as exc:
-            raise RequestError(
-                f"{what}: element {index} is not UTF-8 ({exc.reason} at byte {exc.start}); "
-                "string tensors hold text"
-            ) from None
-    return flat
-
-
-def _json_strings(data: object, count: int, what: str) -> np.ndarray:
-    """JSON BYTES data: strings, in a nested or flat list."""
-    if not isinstance(data, list):
-        raise RequestError(f"{what}: data must be a (nested or flat) JSON list")
-    items: list[Any] = data
-    while items and all(isinstance(item, list) for item in items):
-        items = [element for inner in items for element in inner]
-    if not all(isinstance(item, str) for item in items):
-        raise RequestError(f"{what}: BYTES data in JSON must be strings")
-    if len(items) != count:
-        raise RequestError(f"{what}: {len(items)} values in data, the shape needs {count}")
-    flat = np.empty(count, object)
-    flat[:] = items
-    return flat
-
-
 def _input(
     item: object,
     interface: Interface,
@@ -192,7 +157,9 @@ def _input(
             raise RequestError(f"{what}: give data or shared memory, not both")
         if text:
             _within(ref.byte_size, interface, f"{what}: shared_memory_byte_size {ref.byte_size}")
-            flat = _strings(shm.read(ref, np.dtype(np.uint8), ref.byte_size).data, count, what)
+            flat = strings.from_binary(
+                shm.read(ref, np.dtype(np.uint8), ref.byte_size).data, count, what
+            )
         elif ref.byte_size != nbytes:
             raise RequestError(f"{what}: shared_memory_byte_size {ref.byte_size}, needs {nbytes}")
         else:
@@ -204,11 +171,11 @@ def _input(
         if offset + size > len(binary):
             raise RequestError(f"{what}: its binary data runs past the end of the body")
         raw = binary[offset : offset + size]
-        flat = _strings(raw, count, what) if text else np.frombuffer(raw, spec.dtype)
+        flat = strings.from_binary(raw, count, what) if text else np.frombuffer(raw, spec.dtype)
         used = size
     elif "data" in item:
         data = item["data"]
-        flat = _json_strings(data, count, what) if text else _from_json(data, spec, count, what)
+        flat = strings.from_json(data, count, what) if text else _from_json(data, spec, count, what)
     else:
         raise RequestError(f"{what}: no data, binary_data_size or shared_memory_region")
     return index, flat.reshape(shape), used
