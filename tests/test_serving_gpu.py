@@ -51,7 +51,7 @@ def test_serving_warns_at_start_on_a_jetson_without_gpu_providers(
         assert len(warnings) == (1 if warned else 0)
         # The status names the provider each model runs on.
         stats = served.service.stats()
-        assert stats["m"].detail["providers"] == [CPU]
+        assert stats["m"].detail["provider"] == CPU
         assert status.inference(stats)["m"]["provider"] == CPU
     finally:
         served.close()

@@ -172,7 +172,7 @@ class OnnxBackend:
         self.fixed_batch = fixed_batch(self.inputs, self.outputs)
         self._input_names = [spec.name for spec in self.inputs]
         self._output_names = [spec.name for spec in self.outputs]
-        self.detail = {"provider": used[0], "providers": used, "cached_graph": path != model.path}
+        self.detail = {"provider": used[0], "cached_graph": path != model.path}
         self._warm_up()
 
     def _warm_up(self) -> None:
