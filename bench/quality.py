@@ -24,7 +24,8 @@ from mcpd import board, domains
 from mcpd.actuation import domain_range
 from mcpd.domains import FrequencyDomain
 from mcpd.events import EventBus
-from mcpd.loop import ControlLoop, LoopSettings
+from mcpd.loop import ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
 

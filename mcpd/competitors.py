@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from governors import HysteresisGovernor, Readings
 from mcpd.actuation import DomainControl
 from mcpd.events import Event, EventBus
 from sensors import trips
@@ -55,6 +56,27 @@ def follow_external_caps(
         data = {"domain": name, "expected_mhz": before, "found_mhz": now}
         events.publish(Event("competitor", message, data))
     return changed
+
+
+class FloorLimits:
+    """A limit the board exceeds with every domain at its floor, said once per signal."""
+
+    def __init__(self, events: EventBus) -> None:
+        self.events = events
+        self._said: set[str] = set()
+
+    def check(
+        self, controls: Iterable[DomainControl], readings: Readings, governor: HysteresisGovernor
+    ) -> None:
+        controls = list(controls)
+        for signal, value, limit, unit in (
+            ("power", readings.power_w, governor.power_high_w, "W"),
+            ("temperature", readings.temp_c, governor.temp_high_c, "°C"),
+        ):
+            if signal in self._said or value is None:
+                continue
+            if warn_if_floor_over_limit(controls, signal, value, limit, unit, self.events):
+                self._said.add(signal)
 
 
 def warn_if_floor_over_limit(

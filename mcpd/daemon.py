@@ -24,7 +24,8 @@ from typing import Any, Protocol
 from mcpd import board, config, domains, reloading, status
 from mcpd.baseline import Baseline, baseline_folders
 from mcpd.events import Event, EventBus
-from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
+from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.notify import Notifier
 from mcpd.state import ModelStats, Snapshot
 from mcpd.supervisor import ServingSupervisor

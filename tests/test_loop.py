@@ -16,9 +16,11 @@ from mcpd import board
 from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
 from mcpd.events import Event, EventBus
-from mcpd.loop import ControlLoop, LoopSettings, next_deadline
+from mcpd.loop import ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.notify import Notifier
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from mcpd.timing import next_deadline
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
 from tests.fakesys import FakeSysfs
 
@@ -47,6 +49,7 @@ def make_loop(
         root, board.detect(root), settings or LoopSettings(), events=events,
         baseline=Baseline.load([root / "run/mcpd", root / "state"], root), clock=clock, wall=lambda: 1.7e9 + clock.now, **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
+    loop.start()
     return loop, clock, seen
 
 
@@ -444,7 +447,7 @@ def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
     late = [e for e in changes if e.data["action"] == "lower"]
     assert late and len(changes) <= 20
     caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
-    assert tuple(caps.items()) in {level.caps_mhz for level in loop._levels}
+    assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.levels}
     assert loop.snapshot.batch["m"] < 8
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcpd.loop import Durations, LoopTiming
+from mcpd.timing import Durations, LoopTiming
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=30.0), min_size=1, max_size=2000))
