@@ -16,6 +16,7 @@ from governors import HysteresisGovernor, Readings
 from mcpd.actuation import DomainControl
 from mcpd.events import Event, EventBus
 from sensors import trips
+from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.loop")
 
@@ -59,45 +60,29 @@ def follow_external_caps(
 
 
 class FloorLimits:
-    """A limit the board exceeds with every domain at its floor, said once per signal."""
+    """A limit the board exceeds with every domain at its floor cannot be met inside the clamp
+    (AGX Orin at 12 W, a Jetson Nano at 40 °C ambient): said once per signal, for the whole run."""
 
     def __init__(self, events: EventBus) -> None:
         self.events = events
-        self._said: set[str] = set()
+        self._said: Episodes[str] = Episodes()
 
     def check(
         self, controls: Iterable[DomainControl], readings: Readings, governor: HysteresisGovernor
     ) -> None:
-        controls = list(controls)
-        for signal, value, limit, unit in (
-            ("power", readings.power_w, governor.power_high_w, "W"),
-            ("temperature", readings.temp_c, governor.temp_high_c, "°C"),
+        floors = [c.target <= c.low for c in controls]
+        if not floors or not all(floors):
+            return
+        for signal, value, limit, unit, key in (
+            ("power", readings.power_w, governor.power_high_w, "W", "power_high_w"),
+            ("temperature", readings.temp_c, governor.temp_high_c, "°C", "temp_high_c"),
         ):
-            if signal in self._said or value is None:
+            if value is None or value < limit or not self._said.fail(signal):
                 continue
-            if warn_if_floor_over_limit(controls, signal, value, limit, unit, self.events):
-                self._said.add(signal)
-
-
-def warn_if_floor_over_limit(
-    controls: Iterable[DomainControl],
-    signal: str,
-    value: float,
-    limit: float,
-    unit: str,
-    events: EventBus,
-) -> bool:
-    """True (and one warning) when every domain is at its floor and `signal` is still at or
-    over its limit: the limit cannot be met inside the clamp (AGX Orin at 12 W, a Jetson Nano at
-    40 °C ambient)."""
-    floors = [c.target <= c.low for c in controls]
-    if value < limit or not floors or not all(floors):
-        return False
-    key = "power_high_w" if signal == "power" else "temp_high_c"
-    message = (
-        f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} with "
-        f"every domain at its floor; raise [governor] {key} or lower min_mhz"
-    )
-    log.warning(message)
-    events.publish(Event("fault", message, {"signal": signal, "value": value, "limit": limit}))
-    return True
+            message = (
+                f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} "
+                f"with every domain at its floor; raise [governor] {key} or lower min_mhz"
+            )
+            log.warning(message)
+            data = {"signal": signal, "value": value, "limit": limit}
+            self.events.publish(Event("fault", message, data))

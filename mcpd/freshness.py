@@ -12,6 +12,7 @@ import logging
 
 from governors import Readings
 from mcpd.events import Event, EventBus
+from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.loop")
 
@@ -25,7 +26,7 @@ class Freshness:
         """The newest valid (°C, when)."""
         self.power: tuple[float, float] | None = None
         """The newest valid (W, when)."""
-        self._unknown: set[str] = set()
+        self._unknown: Episodes[str] = Episodes()
 
     def readings(self, now: float, stale_s: float, metered: bool) -> Readings:
         """What the governor decides on at `now`; faults are said as they start and end."""
@@ -38,15 +39,13 @@ class Freshness:
         return Readings(temp, power, metered)
 
     def _note(self, signal: str, unknown: bool, stale_s: float) -> None:
-        if unknown and signal not in self._unknown:
-            self._unknown.add(signal)
+        if unknown and self._unknown.fail(signal):
             message = (
                 f"{signal} unknown: no valid reading for {stale_s:g} s; stepping down (fail-safe)"
             )
             log.warning(message)
             self.events.publish(Event("fault", message, {"signal": signal, "stale_s": stale_s}))
-        elif not unknown and signal in self._unknown:
-            self._unknown.discard(signal)
+        elif not unknown and self._unknown.succeed(signal):
             log.info("%s readings are back", signal)
             self.events.publish(
                 Event("fault", f"{signal} readings are back", {"signal": signal, "recovered": True})

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mcpd import reports
 from mcpd.events import Event
+from sensors.episodes import Episodes
 from sensors.hotplug import HotplugMonitor
 
 VANISHED_RESCAN_S = 1.0
@@ -40,8 +41,9 @@ class Governability:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.missing: tuple[str, ...] | None = None
-        """What governing lacks ("temperature sensor", "frequency domain"); None before a check."""
+        self.missing: tuple[str, ...] = ()
+        """What governing lacks ("temperature sensor", "frequency domain")."""
+        self._lacking: Episodes[str] = Episodes(say_changes=True)
 
     def check(self, temperature_sensors: bool, domains: bool) -> Event | None:
         """The event to say when what is missing changed (the first check says only a lack)."""
@@ -49,9 +51,9 @@ class Governability:
             ("temperature sensor", not temperature_sensors),
             ("frequency domain", not domains),
         )
-        missing = tuple(what for what, lacking in absent if lacking)
-        if missing == (self.missing or ()):
-            self.missing = missing
-            return None
-        self.missing = missing
-        return reports.ungoverned(self.root, missing, domains)
+        self.missing = tuple(what for what, lacking in absent if lacking)
+        if self.missing:
+            said = self._lacking.fail("governing", " and ".join(self.missing))
+        else:
+            said = self._lacking.succeed("governing")
+        return reports.ungoverned(self.root, self.missing, domains) if said else None
