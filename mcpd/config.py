@@ -97,7 +97,9 @@ class DomainSection(Section):
         return self
 
 
-ProfileName = Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+"""A governor profile's name, in the config and in the MQTT `profile` command."""
+ProfileName = Annotated[StrictStr, Field(pattern=PROFILE_NAME_PATTERN)]
 
 
 class GovernorProfile(Section):

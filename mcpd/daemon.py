@@ -30,6 +30,7 @@ from mcpd.notify import Notifier
 from mcpd.state import ModelStats, Snapshot
 from mcpd.supervisor import ServingSupervisor
 from mcpd.telemetry import TelemetryService
+from mcpd.telemetry.commands import COMMANDS
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd")
@@ -151,10 +152,8 @@ class Daemon:
             result = {"profile": self.profile}
             message = f"governor profile {self.profile!r} set by command"
         else:
-            return {
-                "ok": False,
-                "error": f"unknown command {name!r}; allowed: pause, resume, profile",
-            }
+            allowed = ", ".join(COMMANDS)
+            return {"ok": False, "error": f"unknown command {name!r}; allowed: {allowed}"}
         log.info(message)
         self.events.publish(Event("daemon", message, {"command": name, **result}))
         return {"ok": True, **result}
