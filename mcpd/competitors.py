@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from governors import HysteresisGovernor, Readings
+from governors import GovernorParams, Readings
 from mcpd.actuation import DomainControl
 from mcpd.events import Event, EventBus
 from sensors import trips
@@ -68,14 +68,14 @@ class FloorLimits:
         self._said: Episodes[str] = Episodes()
 
     def check(
-        self, controls: Iterable[DomainControl], readings: Readings, governor: HysteresisGovernor
+        self, controls: Iterable[DomainControl], readings: Readings, params: GovernorParams
     ) -> None:
         floors = [c.target <= c.low for c in controls]
         if not floors or not all(floors):
             return
         for signal, value, limit, unit, key in (
-            ("power", readings.power_w, governor.power_high_w, "W", "power_high_w"),
-            ("temperature", readings.temp_c, governor.temp_high_c, "°C", "temp_high_c"),
+            ("power", readings.power_w, params.power_high_w, "W", "power_high_w"),
+            ("temperature", readings.temp_c, params.temp_high_c, "°C", "temp_high_c"),
         ):
             if value is None or value < limit or not self._said.fail(signal):
                 continue

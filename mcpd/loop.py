@@ -208,7 +208,7 @@ class ControlLoop:
             )  # fmt: skip
             if changes:
                 written = self.clock()
-            self._floor.check(self.actuators.controls.values(), readings, s.governor)
+            self._floor.check(self.actuators.controls.values(), readings, s.params)
             self._clocks.wrote(changes)
             batch = self._batch.step(s.governor, verdict, s.models)
             if changes or batch:
@@ -241,7 +241,7 @@ class ControlLoop:
         return SensorSet.discover(self.root, s.governing_temperatures, s.governing_powers)
 
     def _sync_domains(self) -> None:
-        g = self.settings.governor
+        g = self.settings.params
         found = domains.discover(self.root)
         changes = self.actuators.sync(found, g.min_mhz, g.max_mhz, self.settings.domain_overrides)
         self._clocks.wrote(changes)
@@ -304,7 +304,7 @@ class ControlLoop:
         if not self._trips_checked:
             self._trips_checked = True
             competitors.warn_about_kernel_trips(
-                self.root, self.settings.governor.temp_high_c, self.events
+                self.root, self.settings.params.temp_high_c, self.events
             )
         self._clocks.read(self.actuators.controls)
         self.snapshot = self._build_snapshot()
@@ -325,7 +325,7 @@ class ControlLoop:
             state=self._state,
             profile=s.profile,
             policy=s.policy,
-            temp_high_c=s.governor.temp_high_c,
+            temp_high_c=s.params.temp_high_c,
             last_action=self._last_action,
             batch=self._batch.sizes,
         )

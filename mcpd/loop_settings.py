@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from governors import AdaptivePolicy, HysteresisGovernor
+from governors import AdaptivePolicy, GovernorParams, HysteresisGovernor
 from mcpd.config import Config, DomainSection
 
 
@@ -14,10 +14,9 @@ class LoopSettings:
     temperature_s: float = 0.2
     power_s: float = 0.1
     stale_s: float = 1.0
-    governor: HysteresisGovernor = field(default_factory=HysteresisGovernor)
+    params: GovernorParams = field(default_factory=GovernorParams)
     policy: str = "hysteresis"
-    """"hysteresis" (the seed rule, `governor`) or "adaptive" (`adaptive`, same thresholds)."""
-    adaptive: AdaptivePolicy = field(default_factory=AdaptivePolicy)
+    """"hysteresis" (the seed rule, `governor`) or "adaptive" (`adaptive`); both run on `params`."""
     raise_hold_s: float = 0.0
     domain_overrides: Mapping[str, DomainSection] = field(default_factory=dict)
     models: Mapping[str, int] = field(default_factory=dict)
@@ -27,6 +26,12 @@ class LoopSettings:
     rescan_s: float = 10.0
     """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
     profile: str = "default"
+    governor: HysteresisGovernor = field(init=False)
+    adaptive: AdaptivePolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "governor", HysteresisGovernor(self.params))
+        object.__setattr__(self, "adaptive", AdaptivePolicy(self.params))
 
     @classmethod
     def from_config(cls, config: Config, profile: str | None = None) -> LoopSettings:
@@ -37,18 +42,8 @@ class LoopSettings:
             temperature_s=config.sampling.temperature_ms / 1000,
             power_s=config.sampling.power_ms / 1000,
             stale_s=config.sampling.stale_ms / 1000,
-            governor=HysteresisGovernor(
-                g.temp_high_c,
-                g.temp_low_c,
-                g.power_high_w,
-                g.power_low_w,
-                g.down_factor,
-                g.up_factor,
-                g.min_mhz,
-                g.max_mhz,
-            ),
+            params=g.params(),
             policy=g.policy,
-            adaptive=AdaptivePolicy(g.temp_high_c, g.power_high_w, g.down_factor),
             raise_hold_s=g.raise_hold_ms / 1000,
             domain_overrides=dict(g.domains),
             models={model.name: model.max_batch for model in config.models},

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from governors import HysteresisGovernor
+from governors import GovernorParams
 from mcpd import board
 from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
@@ -202,7 +202,7 @@ def test_a_state_folder_removed_at_run_time_is_made_again(fake: FakeSysfs) -> No
 def test_disjoint_range_uses_the_hardware_range(fake: FakeSysfs) -> None:
     board_with_meter(fake, 95.0, 5.0)
     loop, clock, _ = make_loop(
-        fake.root, LoopSettings(governor=HysteresisGovernor(min_mhz=1500.0, max_mhz=3200.0))
+        fake.root, LoopSettings(params=GovernorParams(min_mhz=1500.0, max_mhz=3200.0))
     )
     run_for(loop, clock, 3.0)
     (npu,) = [d for d in loop.snapshot.domains if d.name == "fdab0000.npu"]
@@ -212,7 +212,7 @@ def test_disjoint_range_uses_the_hardware_range(fake: FakeSysfs) -> None:
 
 def test_cap_outside_the_range_is_brought_in_at_start(fake: FakeSysfs) -> None:
     board_with_meter(fake, 80.0, 5.0)
-    make_loop(fake.root, LoopSettings(governor=HysteresisGovernor(max_mhz=2000.0)))
+    make_loop(fake.root, LoopSettings(params=GovernorParams(max_mhz=2000.0)))
     assert cap(fake, POLICY4) == 1800000
 
 
@@ -355,7 +355,7 @@ def test_reload_is_applied_whole_at_a_tick(fake: FakeSysfs) -> None:
     assert cap(fake, POLICY4) == 2400000
     loop.request_reload(
         LoopSettings(
-            governor=HysteresisGovernor(temp_high_c=79.0, temp_low_c=70.0), models={"m": 4, "n": 2}
+            params=GovernorParams(temp_high_c=79.0, temp_low_c=70.0), models={"m": 4, "n": 2}
         )
     )
     assert cap(fake, POLICY4) == 2400000  # nothing happens until the loop's next tick
@@ -478,7 +478,7 @@ def test_a_passive_trip_at_mcpds_threshold_is_reported_once(fake: FakeSysfs) -> 
     assert "soc-thermal 85 °C" in event.message
     assert event.data["trips"] == [{"zone": "soc-thermal", "celsius": 85.0}]
     quiet, clock, events = make_loop(
-        fake.root, LoopSettings(governor=HysteresisGovernor(temp_high_c=80.0))
+        fake.root, LoopSettings(params=GovernorParams(temp_high_c=80.0))
     )
     run_for(quiet, clock, 2.0)
     assert not [e for e in events if e.kind == "competitor"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from governors import Action, HysteresisGovernor, Readings, Verdict
+from governors import Action, GovernorParams, HysteresisGovernor, Readings, Verdict
 from mcpd import board, reports
 from mcpd.actuation import CapChange
 from mcpd.baseline import Baseline
@@ -33,7 +33,7 @@ def test_constructing_the_loop_writes_no_cap_and_saves_no_baseline(fake: FakeSys
     loop = ControlLoop(
         fake.root,
         board.detect(fake.root),
-        LoopSettings(governor=HysteresisGovernor(max_mhz=2000.0)),
+        LoopSettings(params=GovernorParams(max_mhz=2000.0)),
         events=EventBus(),
         baseline=Baseline.load([fake.root / "state"], fake.root),
     )
