@@ -174,7 +174,7 @@ class Endpoints:
             entry.errors += 1
             raise
         entry.requests += 1
-        entry.latencies.add((time.monotonic() - started) * 1000)
+        entry.latencies.append(time.monotonic() - started)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)
         return web.Response(
