@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from governors import PARAMETER_NAMES, GovernorParams
+from governors.params import PARAMETER_NAMES, GovernorParams
 from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):

@@ -120,7 +120,7 @@ class Daemon:
                 stats.update(provider())
         return stats
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> status.StatusDocument:
         return status.document(
             self.loop.snapshot,
             self.model_stats(),

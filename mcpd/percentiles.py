@@ -5,6 +5,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import TypedDict
+
+
+class DurationSummary(TypedDict):
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    count: int
 
 
 class Durations:
@@ -60,7 +68,7 @@ class Durations:
                 return min(self._LOW_S * self._RATIO**bucket, self.max_s)
         return self.max_s
 
-    def summary(self) -> dict[str, float] | None:
+    def summary(self) -> DurationSummary | None:
         if not self._count:
             return None
 

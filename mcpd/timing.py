@@ -4,6 +4,7 @@ and how long a sample takes to become a cap write, over the whole run."""
 from __future__ import annotations
 
 from mcpd.percentiles import Durations
+from mcpd.status import LoopDoc
 
 
 def next_deadline(deadline: float, period: float, now: float) -> float:
@@ -22,7 +23,7 @@ class LoopTiming:
         self.lateness_s = Durations()
         self.sample_to_write_s = Durations()
 
-    def summary(self) -> dict[str, dict[str, float] | None]:
+    def summary(self) -> LoopDoc:
         return {
             "sample_lateness": self.lateness_s.summary(),
             "sample_to_write": self.sample_to_write_s.summary(),
