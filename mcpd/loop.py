@@ -123,6 +123,7 @@ class ControlLoop:
         self.started = True
         now = self.clock()
         self._ages = Freshness(self.events, now)
+        self._rediscovery = RediscoveryTrigger(self._rediscovery.hotplug, now)
         self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
         self.sensors = self._discover_sensors()
         self._sync_domains()
