@@ -184,6 +184,9 @@ class Daemon:
         )
         code = 0
         try:
+            # The first touch of the hardware, inside the try whose finally restores the caps; before
+            # the services, so that the first status document they publish has the board in it.
+            self.loop.start()
             for service in self.services:
                 await service.start()
             thread.start()
