@@ -57,6 +57,9 @@ class ModelDoc(TypedDict):
     p50_ms: float | None
     p99_ms: float | None
     queue_depth: int
+    provider: str | None
+    """The execution provider the model runs on (onnxruntime: the session's first), None for a
+    backend without providers or a model not loaded."""
     optimized: object
     """What `mcpd optimize` measured for the file that serves, or None."""
 
@@ -135,6 +138,11 @@ class DaemonStats:
         }
 
 
+def _provider(stats: ModelStats) -> str | None:
+    provider = stats.detail.get("provider")
+    return provider if isinstance(provider, str) else None
+
+
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -197,7 +205,7 @@ def inference(models: Mapping[str, ModelStats]) -> dict[str, ModelDoc]:
             "p99_ms": _round(stats.p99_ms, 3),
             "queue_depth": stats.queue_depth,
             # the execution provider that runs it (onnxruntime: the first the session took)
-            "provider": stats.detail.get("provider"),
+            "provider": _provider(stats),
             # precision, speedup, cosine_min, top1_agreement of what serves (`optimize`)
             "optimized": stats.detail.get("optimized"),
         }
