@@ -142,6 +142,7 @@ def run(
                 baseline=None,
                 clock=clock,
             )
+            loop.start()  # the caps brought into the governed range before the board's first step
             tick = loop.tick
         meter = SensorSet.discover(sim.root)
         temps: list[float] = []
