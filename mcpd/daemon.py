@@ -11,6 +11,7 @@ tick boundary).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -264,7 +265,7 @@ class Daemon:
                 ", ".join(kept),
             )
             fixed = {key: getattr(self.config.daemon, key) for key in RESTART_ONLY}
-            new = new.model_copy(update={"daemon": new.daemon.model_copy(update=fixed)})
+            new = dataclasses.replace(new, daemon=dataclasses.replace(new.daemon, **fixed))
         with self._settings_lock:
             if self.profile not in ("default", *new.governor.profiles):
                 log.warning(
