@@ -51,7 +51,8 @@ and at the default 5 ms the control loop could wait that long for the interprete
 samples (bench/control_loop.py: sample lateness p99 5.5 ms with inference in the process)."""
 
 HOUSEKEEPING_S = 1.0
-"""How often current clocks are read back, STATUS= is sent and the live line printed."""
+"""How often current clocks are read back, STATUS= is sent and the live line printed, vanished
+sensor files are looked for, and the sensors that do not govern (only reported) are read."""
 
 
 @dataclass(frozen=True)
@@ -239,9 +240,41 @@ class ControlLoop:
         self._adaptive = settings.adaptive.start(())
         self._sync_domains()
         self._check_governable()
-        self.snapshot = self._build_snapshot()
 
     # -- public, thread-safe ---------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The loop's state now, built when read (by status readers on any
+        thread, a few times a second) rather than after every sample (ten times a second: a
+        seventh of the idle loop's CPU). Safe from any thread: it reads only objects the loop
+        replaces whole or values it sets in one assignment."""
+        temp, power, sensors = self._temp_sample, self._power_sample, self.sensors
+        settings, caps, curs = self.settings, self._caps, self._curs
+        return Snapshot(
+            ts=self.wall(),
+            platform=self.board.platform,
+            model=self.board.model,
+            temperature_c=temp.celsius,
+            power_w=power.watts,
+            power_estimated=sensors.power_plan.estimated,
+            metered=sensors.power_plan.metered,
+            temperatures={r.name: r.celsius for r in temp.readings},
+            powers={r.name: r.watts for r in power.readings},
+            domains=tuple(
+                DomainStatus(
+                    name, c.domain.kind, caps.get(name), curs.get(name), c.target, c.low, c.high
+                )
+                for name, c in tuple(self.actuators.controls.items())
+            ),
+            state=self._state,
+            profile=settings.profile,
+            last_action=self._last_action,
+            batch=dict(self._batch),
+            headroom=headroom(temp.celsius, settings.governor.temp_high_c),
+            external_cap_changes=self._external_changes,
+            policy=settings.policy,
+        )
 
     def batch_size(self, model: str) -> int:
         return self._batch.get(model, 1)
@@ -281,7 +314,7 @@ class ControlLoop:
         started = self.clock()
         if now >= self._next_temp:
             self.timing.lateness_s.append(started - self._next_temp)
-            self._temp_sample = self.sensors.sample_temperatures()
+            self._temp_sample = self.sensors.sample_temperatures(now)
             if self._temp_sample.celsius is not None:
                 self._temp = (self._temp_sample.celsius, now)
             self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
@@ -373,10 +406,8 @@ class ControlLoop:
                 self._report(verdict, changes, batch, readings)
             unknown = readings.temp_c is None or (readings.metered and readings.power_w is None)
             states = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
-            self._state = "fail-safe" if unknown else states[verdict.action]
-            if not self.actuators.controls:
-                self._state = "ungoverned"
-        self.snapshot = self._build_snapshot()
+            state = "fail-safe" if unknown else states[verdict.action]
+            self._state = state if self.actuators.controls else "ungoverned"
         return written
 
     def _adapt(self, readings: Readings, now: float) -> tuple[Verdict, list[CapChange]]:
@@ -450,7 +481,12 @@ class ControlLoop:
 
     def _discover_sensors(self) -> SensorSet:
         s = self.settings
-        return SensorSet.discover(self.root, s.governing_temperatures, s.governing_powers)
+        return SensorSet.discover(
+            self.root,
+            s.governing_temperatures,
+            s.governing_powers,
+            others_every_s=HOUSEKEEPING_S,
+        )
 
     def _sync_domains(self) -> None:
         g = self.settings.governor
@@ -491,7 +527,9 @@ class ControlLoop:
 
     def _maybe_rediscover(self, now: float) -> None:
         hotplug = self.hotplug is not None and self.hotplug.changed()
-        vanished = now - self._last_scan >= 1.0 and self.sensors.gone
+        # Looked for on housekeeping ticks only: at every sample it was a tenth of the idle loop.
+        housekeeping = now >= self._next_housekeeping
+        vanished = housekeeping and now - self._last_scan >= 1.0 and self.sensors.gone
         periodic = self.hotplug is None and now - self._last_scan >= self.settings.rescan_s
         if not (hotplug or vanished or periodic):
             return
@@ -583,40 +621,7 @@ class ControlLoop:
             self._trips_checked = True
             self._check_kernel_trips()
         self._read_clocks()
-        self.snapshot = self._build_snapshot()
-        self.notifier.status(status.line(self.snapshot))
+        snapshot = self.snapshot
+        self.notifier.status(status.line(snapshot))
         if self.on_status is not None:
-            self.on_status(self.snapshot)
-
-    def _build_snapshot(self) -> Snapshot:
-        power = self._power_sample
-        return Snapshot(
-            ts=self.wall(),
-            platform=self.board.platform,
-            model=self.board.model,
-            temperature_c=self._temp_sample.celsius,
-            power_w=power.watts,
-            power_estimated=self.sensors.power_plan.estimated,
-            metered=self.sensors.power_plan.metered,
-            temperatures={r.name: r.celsius for r in self._temp_sample.readings},
-            powers={r.name: r.watts for r in power.readings},
-            domains=tuple(
-                DomainStatus(
-                    name,
-                    c.domain.kind,
-                    self._caps.get(name),
-                    self._curs.get(name),
-                    c.target,
-                    c.low,
-                    c.high,
-                )
-                for name, c in self.actuators.controls.items()
-            ),
-            state=self._state,
-            profile=self.settings.profile,
-            last_action=self._last_action,
-            batch=dict(self._batch),
-            headroom=headroom(self._temp_sample.celsius, self.settings.governor.temp_high_c),
-            external_cap_changes=self._external_changes,
-            policy=self.settings.policy,
-        )
+            self.on_status(snapshot)
