@@ -68,8 +68,10 @@ def warn_if_floor_over_limit(
     """True (and one warning) when every domain is at its floor and `signal` is still at or
     over its limit: the limit cannot be met inside the clamp (AGX Orin at 12 W, a Jetson Nano at
     40 °C ambient)."""
+    if value < limit:  # first: the loop asks at every sample
+        return False
     floors = [c.target <= c.low for c in controls]
-    if value < limit or not floors or not all(floors):
+    if not floors or not all(floors):
         return False
     key = "power_high_w" if signal == "power" else "temp_high_c"
     message = (
