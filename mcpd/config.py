@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from governors.params import PARAMETER_NAMES, GovernorParams
 from mcpd.schema import Check, Invalid, build, key_path
 from sensors.sysfs import NotAFile, open_regular
 
@@ -87,10 +88,15 @@ class DomainSection:
             raise ValueError("min_mhz must be below max_mhz")
 
 
-ProfileName = Annotated[str, Check(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+"""A governor profile's name, in the config and in the MQTT `profile` command."""
+ProfileName = Annotated[str, Check(pattern=PROFILE_NAME_PATTERN)]
 DownFactor = Annotated[float, Check(gt=0, lt=1)]
 UpFactor = Annotated[float, Check(gt=1, le=4)]
 HoldMs = Annotated[int, Check(ge=0, le=600_000)]
+
+
+_DEFAULT = GovernorParams()
 
 
 @dataclass(frozen=True)
@@ -115,14 +121,17 @@ class GovernorProfile:
 
 @dataclass(frozen=True)
 class GovernorSection:
-    temp_high_c: Celsius = 85.0
-    temp_low_c: Celsius = 75.0
-    power_high_w: Watts = 12.0
-    power_low_w: Watts = 9.0
-    down_factor: DownFactor = 0.7
-    up_factor: UpFactor = 1.15
-    min_mhz: Mhz = 800.0
-    max_mhz: Mhz = 3200.0
+    """[governor]: the governor's parameters (governors.GovernorParams, defaults from there), its
+    policy, per-domain ranges and profiles."""
+
+    temp_high_c: Celsius = _DEFAULT.temp_high_c
+    temp_low_c: Celsius = _DEFAULT.temp_low_c
+    power_high_w: Watts = _DEFAULT.power_high_w
+    power_low_w: Watts = _DEFAULT.power_low_w
+    down_factor: DownFactor = _DEFAULT.down_factor
+    up_factor: UpFactor = _DEFAULT.up_factor
+    min_mhz: Mhz = _DEFAULT.min_mhz
+    max_mhz: Mhz = _DEFAULT.max_mhz
     raise_hold_ms: HoldMs = 0
     policy: Literal["hysteresis", "adaptive"] = "hysteresis"
     domains: dict[Name, DomainSection] = field(default_factory=dict)
@@ -130,10 +139,7 @@ class GovernorSection:
     profiles: dict[ProfileName, GovernorProfile] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        own = vars(self)
-        problem = _misordered(own)
-        if problem:
-            raise ValueError(problem)
+        self.params()  # a ValueError names what is misordered
         if self.profile != "default" and self.profile not in self.profiles:
             raise ValueError(f"profile {self.profile!r} is not defined in [governor.profiles]")
         if "default" in self.profiles:
@@ -141,9 +147,16 @@ class GovernorSection:
                 "profiles.default: the name is taken by the [governor] values themselves"
             )
         for name, profile in self.profiles.items():
-            problem = _misordered({**own, **profile.overrides()})
-            if problem:
-                raise ValueError(f"profiles.{name}: {problem}")
+            overrides = profile.overrides()
+            values = {key: overrides.get(key, getattr(self, key)) for key in PARAMETER_NAMES}
+            try:
+                GovernorParams(**values)
+            except ValueError as exc:
+                raise ValueError(f"profiles.{name}: {exc}") from None
+
+    def params(self) -> GovernorParams:
+        """The governor's parameters (raises ValueError when they are misordered)."""
+        return GovernorParams(**{name: getattr(self, name) for name in PARAMETER_NAMES})
 
     def tuned(self, profile: str) -> GovernorSection:
         """These settings with a profile's overrides applied ("default": none)."""
@@ -153,20 +166,6 @@ class GovernorSection:
         return dataclasses.replace(
             self, **chosen.overrides(), profile=profile, profiles={profile: chosen}
         )
-
-
-_ORDERED_PAIRS = (
-    ("temp_low_c", "temp_high_c"),
-    ("power_low_w", "power_high_w"),
-    ("min_mhz", "max_mhz"),
-)
-
-
-def _misordered(values: dict[str, Any]) -> str | None:
-    for low, high in _ORDERED_PAIRS:
-        if values[low] >= values[high]:
-            return f"{low} must be below {high}"
-    return None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class ProfileArgs:
     """A governor profile the daemon knows; it answers with an error for any other."""
 
 
-COMMANDS: dict[str, type] = {
+COMMANDS: dict[str, type] = {  # the one allow-list; the daemon runs these and no other
     "pause": NoArgs,  # hold the caps where they are
     "resume": NoArgs,
     "profile": ProfileArgs,
