@@ -100,6 +100,7 @@ class ControlLoop:
         self._floor = competitors.FloorLimits(events)
         self._trips_checked = False
         self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
+        self._sampled_at = now
 
     # -- public, thread-safe ---------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class ControlLoop:
         one assignment, and the domain controls are copied in one step."""
         s = self.settings
         return snapshots.build(
-            ts=self.wall(),
+            ts=self.wall() - (self.clock() - self._sampled_at),  # of the newest sample
             board=self.board,
             sensors=self.sensors,
             temperature=self._temp_sample,
@@ -195,6 +196,7 @@ class ControlLoop:
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
             sampled = True
         if sampled:
+            self._sampled_at = now
             written = self._decide(now)
             if written is not None:
                 self.timing.sample_to_write_s.append(written - started)

@@ -7,8 +7,8 @@ that lists the known ones. Every problem is named by its key path (`governor.hot
 the rules between its fields, raising ValueError; it runs only when every field is valid.
 
 Hand-written rather than pydantic (18 MB of the governor's memory, measured in BENCHMARKS.md) or
-msgspec (stops at the first problem and does not say what value it got): the config is the only
-thing it checks, and this is what it needs.
+msgspec (stops at the first problem and does not say what value it got): the config and the MQTT
+commands' arguments are all it checks, and this is what they need.
 """
 
 from __future__ import annotations

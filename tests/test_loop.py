@@ -296,7 +296,14 @@ def test_the_snapshot_is_built_when_read_not_at_every_sample(
     monkeypatch.setattr(snapshots, "build", counted)
     run_for(loop, clock, 9.99)  # 100 samples; housekeeping reads it for STATUS= once a second
     assert built == 10
-    assert loop.snapshot.power_w == pytest.approx(5.0) and built == 11
+    sampled = clock.now
+    clock.now += 0.05  # read between two samples: it describes the newest one
+    seen = loop.snapshot
+    assert (seen.power_w, seen.ts, built) == (
+        pytest.approx(5.0),
+        pytest.approx(1.7e9 + sampled),
+        11,
+    )
 
 
 def test_next_deadline_keeps_the_grid_and_skips_missed_ticks() -> None:
