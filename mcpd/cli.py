@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from mcpd import __version__, config, domains, logs, optimize, realtime
 from mcpd.baseline import Baseline, baseline_folders
@@ -31,14 +33,14 @@ def _simulated(cfg: config.Config, root: Path) -> config.Config:
     """Point the daemon at a simulated board; default paths move under its root too, so a demo
     never touches /run or /var/lib."""
     defaults = config.DaemonSection()
-    update: dict[str, str] = {"sysfs_root": str(root)}
+    update: dict[str, Any] = {"sysfs_root": str(root)}
     if cfg.daemon.state_dir == defaults.state_dir:
         update["state_dir"] = str(root / "var/lib/mcpd")
     if cfg.daemon.runtime_dir == defaults.runtime_dir:
         update["runtime_dir"] = str(root / "run/mcpd")
     if cfg.daemon.socket == defaults.socket:
         update["socket"] = str(root / "run/mcpd/mcpd.sock")
-    return cfg.model_copy(update={"daemon": cfg.daemon.model_copy(update=update)})
+    return dataclasses.replace(cfg, daemon=dataclasses.replace(cfg.daemon, **update))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

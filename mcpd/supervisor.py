@@ -285,7 +285,7 @@ class ServingSupervisor:
 
     def _send_config(self) -> None:
         if self._channel is not None:
-            config = self.config.model_dump(mode="json")
+            config = dataclasses.asdict(self.config)
             self._channel.send({"kind": "config", "config": config, "slots": self._slots})
 
     def _assign_slots(self, config: Config) -> None:

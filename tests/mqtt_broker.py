@@ -28,6 +28,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mcpd.config import MqttSection
+from mcpd.schema import build
 from mcpd.telemetry.publisher import Publisher
 from mcpd.telemetry.spool import Spool
 from tests.mqtt_status import FakeBoard
@@ -299,7 +300,7 @@ def settings(broker: Mosquitto, **overrides: Any) -> MqttSection:
         "telemetry_ms": 200,
         "reconnect_max_s": 1,
     }
-    return MqttSection.model_validate({**values, **overrides})
+    return build(MqttSection, {**values, **overrides})
 
 
 @contextmanager

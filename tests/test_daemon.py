@@ -202,6 +202,27 @@ def test_invalid_config_at_start_exits_with_the_problem(tmp_path: Path) -> None:
     )
 
 
+def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_path: Path) -> None:
+    """The main task waits on events only; the loop thread's end must be one of them."""
+    config = tmp_path / "mcpd.toml"
+    config.write_text(f'[daemon]\nruntime_dir = "{tmp_path / "run"}"\n')
+    script = (
+        "import sys\n"
+        "from mcpd import loop\n"
+        "def run(self, stop):\n"
+        "    self.ready.set()\n"
+        "    raise SystemExit  # a BaseException gets past the tick's own handler\n"
+        "loop.ControlLoop.run = run\n"
+        "from mcpd.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    command = [sys.executable, "-c", script, "run", "--config", str(config)]
+    command += ["--simulate", "rk3588", "--sim-root", str(tmp_path / "board")]
+    result = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "the control loop thread ended; exiting so that systemd restarts mcpd" in result.stderr
+
+
 def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
     from mcpd import config
     from mcpd.daemon import Daemon

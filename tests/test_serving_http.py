@@ -3,6 +3,7 @@ the socket's permissions and systemd socket activation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -253,7 +254,7 @@ def test_reload_adds_removes_and_replaces_while_others_serve(
         client.infer("m", {"x": np.zeros((1, 6), np.float32)})
         assert client.ready()
         # A replacement that fails leaves the running version serving.
-        served.reload([wider.model_copy(update={"path": str(tmp_path / "gone.onnx")}), added])
+        served.reload([dataclasses.replace(wider, path=str(tmp_path / "gone.onnx")), added])
         served.wait_settled()
         client.infer("m", {"x": np.zeros((1, 6), np.float32)})
     messages = [e.message for e in served.events]

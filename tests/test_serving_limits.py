@@ -5,6 +5,7 @@ real daemon no longer stops it from writing caps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -260,9 +261,7 @@ def test_a_reload_applies_the_body_limits_at_once(served: Served) -> None:
     body = json.dumps({"inputs": [], "pad": "x" * 3000}).encode()
     assert post(served, body)[0] == 413
     cfg = served.service.config
-    looser = cfg.model_copy(
-        update={"daemon": cfg.daemon.model_copy(update={"max_json_bytes": 4096})}
-    )
+    looser = dataclasses.replace(cfg, daemon=dataclasses.replace(cfg.daemon, max_json_bytes=4096))
     served.call(served.service.reload(looser))
     status, message = post(served, body)
     assert status == 400 and "inputs must be a non-empty list" in message

@@ -22,7 +22,9 @@ from mcpd.demo import MODEL
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
-FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite")
+# pydantic (18 MB) and psutil (2.7 MB) of a 40 MB budget (BENCHMARKS.md): mcpd.schema checks the
+# config, mcpd.status reads /proc itself.
+FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite", "pydantic", "pydantic_core", "psutil")
 
 
 def slow_model(path: Path, layers: int = 60, size: int = 1024) -> Path:
