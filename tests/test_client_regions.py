@@ -38,8 +38,11 @@ def test_a_region_is_0660_in_the_sockets_group_whatever_the_umask(tmp_path: Path
             x = np.arange(4, dtype=np.float32).reshape(1, 4)
             region.write(x)
             client.register("r", region)
-            out = client.infer("m", {"x": InRegion(Slot("r", 16), "FP32", (1, 4))},
-                               output_regions={"double": Slot("r", 16, 16)})  # fmt: skip
+            out = client.infer(
+                "m",
+                {"x": InRegion(Slot("r", 16), "FP32", (1, 4))},
+                output_regions={"double": Slot("r", 16, 16)},
+            )
             assert out == {}  # written into the region, not sent
             np.testing.assert_array_equal(region.read(np.float32, (1, 4), 16), x * 2)
             client.unregister("r")
@@ -127,17 +130,29 @@ def test_a_daemon_of_another_user_opens_the_clients_region(shared_folder: Path) 
     scale(shared_folder / "m.onnx").chmod(0o644)
     env = {**os.environ, "PYTHONPATH": str(PROJECT), "PYTHONDONTWRITEBYTECODE": "1"}
     daemon = subprocess.Popen(
-        [sys.executable, "-c", as_users(DAEMON), str(shared_folder)], cwd=PROJECT, env=env,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", as_users(DAEMON), str(shared_folder)],
+        cwd=PROJECT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert daemon.stdout is not None and daemon.stdout.readline() == "ready\n"
         client = subprocess.run(
-            [sys.executable, "-c", as_users(CLIENT), str(shared_folder / "mcpd.sock"),
-             f"/mcpd-test-{os.getpid()}"],
-            cwd=PROJECT, env=env,
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                as_users(CLIENT),
+                str(shared_folder / "mcpd.sock"),
+                f"/mcpd-test-{os.getpid()}",
+            ],
+            cwd=PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert client.returncode == 0, client.stderr
         refused, doubled = client.stdout.splitlines()
         assert refused.startswith("refused: 400 cannot open shared memory key '/mcpd-test-")

@@ -51,8 +51,12 @@ def test_json_strings_in_and_out(served: Served) -> None:
         status, body, rest = infer(client, text_input([1, 2], data=[["no", "ünï"]]))
     assert status == 200 and rest == b""
     outputs = {output["name"]: output for output in body["outputs"]}
-    assert outputs["echo"] == {"name": "echo", "datatype": "BYTES", "shape": [1, 2],
-                               "data": ["no", "ünï"]}  # fmt: skip
+    assert outputs["echo"] == {
+        "name": "echo",
+        "datatype": "BYTES",
+        "shape": [1, 2],
+        "data": ["no", "ünï"],
+    }
     assert outputs["code"]["data"] == [0, -1]
 
 
