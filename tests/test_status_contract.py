@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from mcpd import status
+from mcpd.governor.timing import LoopTiming
 from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
-from mcpd.state import ModelStats
-from mcpd.timing import LoopTiming
+from mcpd.snapshot import ModelStats
 from tests.mqtt_status import FakeBoard
 from tests.serving_server import Served, config, status_document
 

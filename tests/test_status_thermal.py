@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mcpd import status
+from mcpd.governor.thermal_forecast import headroom
 from mcpd.serving import metrics
-from mcpd.state import Snapshot
-from mcpd.thermal_forecast import headroom
+from mcpd.snapshot import Snapshot
 
 
 def snapshot(**fields: object) -> Snapshot:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mcpd.state import ModelStats
+from mcpd.snapshot import ModelStats
 from mcpd.status import StatusDocument
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
