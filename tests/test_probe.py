@@ -10,7 +10,7 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from mcpd.probe import probe
+from mcpd.governor.probe import probe
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from tests.conftest import PROJECT
 
