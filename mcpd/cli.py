@@ -148,8 +148,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"mcpd probe: sysfs root {root}: no such directory", file=sys.stderr)
         return 1
     result = probe(root, cfg.sensors.governing_temperatures, cfg.sensors.governing_powers)
+    result.update(_execution_providers(result["platform"]))
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
+
+
+def _execution_providers(platform: str) -> dict[str, Any]:
+    """onnxruntime's execution providers (null where it cannot be imported) and the warning for a
+    Jetson without a GPU provider (README, "The GPU on Jetson"); imported only by this command."""
+    try:
+        from mcpd.serving.backends import onnxrt
+    except ImportError:
+        return {"execution_providers": None, "gpu_warning": None}
+    available = onnxrt.available_providers()
+    return {
+        "execution_providers": available,
+        "gpu_warning": onnxrt.gpu_missing(platform, available),
+    }
 
 
 def cmd_restore(args: argparse.Namespace) -> int:

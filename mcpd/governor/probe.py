@@ -2,9 +2,9 @@
 
 The JSON shape is a stable interface: platform, temperatures [{name, source, celsius|null}],
 powers [{name, source, watts|null}], temperature_c, power_w, power_estimated, domains
-[{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model, power_source,
-execution_providers (onnxruntime's, null where it is missing) and gpu_warning (a Jetson whose
-onnxruntime cannot use its GPU, else null).
+[{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model and power_source. The
+command adds execution_providers and gpu_warning (cli.cmd_probe: this package never imports
+onnxruntime).
 """
 
 from __future__ import annotations
@@ -21,28 +21,14 @@ SAMPLE_GAP_S = 0.1
 """Counter-based power (RAPL) needs two samples."""
 
 
-def execution_providers(platform: str) -> tuple[list[str] | None, str | None]:
-    """onnxruntime's execution providers (None where it cannot be imported) and the warning for a
-    Jetson that has no GPU provider. Imported here, by the probe command alone: the governor
-    process never imports onnxruntime."""
-    try:
-        from mcpd.serving.backends import onnxrt
-    except ImportError:
-        return None, None
-    available = onnxrt.available_providers()
-    return available, onnxrt.gpu_missing(platform, available)
-
-
 def probe(
     root: str | Path,
     governing_temperatures: Sequence[str] = (),
     governing_powers: Sequence[str] = (),
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-    providers: Callable[[str], tuple[list[str] | None, str | None]] = execution_providers,
 ) -> dict[str, Any]:
     detected = board.detect(root)
-    available, gpu_warning = providers(detected.platform)
     sensors = SensorSet.discover(root, governing_temperatures, governing_powers)
     found = domains.discover(root)
     sensors.sample_powers(clock())
@@ -79,8 +65,6 @@ def probe(
             }
             for d in found
         ],
-        "execution_providers": available,
-        "gpu_warning": gpu_warning,
     }
 
 
@@ -100,11 +84,11 @@ def format_table(result: dict[str, Any]) -> str:
     note = result["power_source"] + (", estimated" if result["power_estimated"] else "")
     power = "none" if result["power_w"] is None else f"{result['power_w']:.2f} W"
     lines.append(f"power        {power}  ({note})")
-    providers = result["execution_providers"]
-    lines.append(
-        "providers    " + (", ".join(providers) if providers is not None else "no onnxruntime")
-    )
-    if result["gpu_warning"]:
+    if "execution_providers" in result:  # added by the command (cli.cmd_probe)
+        providers = result["execution_providers"]
+        named = ", ".join(providers) if providers is not None else "no onnxruntime"
+        lines.append(f"providers    {named}")
+    if result.get("gpu_warning"):
         lines.append(f"warning      {result['gpu_warning']}")
     lines.append("")
     lines.append(f"{'TEMPERATURE':<28} {'SOURCE':<22} {'°C':>7}  GOVERNS")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -9,7 +10,6 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from mcpd import board
 from mcpd.config import Config
 from mcpd.events import EventBus
 from mcpd.listen import Listener, listen
@@ -31,6 +31,9 @@ LINGER_S = 1.0
 dropped before the connection closes, so that a client still sending can read the answer; long
 enough for a local client, short enough that a slow one cannot hold its connection (aiohttp's
 default is 10 s)."""
+STATUS_POLL_S = 0.1
+"""How often the GPU check looks for the governor's first status document (published a few
+times a second)."""
 
 
 class InferenceService:
@@ -47,6 +50,8 @@ class InferenceService:
         listener: Listener | None = None,
     ) -> None:
         self.config = config
+        self.status = status
+        self.gpu_check: asyncio.Task[None] | None = None
         self.repository = Repository(
             batch_size,
             events,
@@ -91,13 +96,15 @@ class InferenceService:
         self._runner = runner
         where = self._listener.path or "the socket passed by systemd"
         log.info("serving the Open Inference Protocol on %s", where)
-        self._warn_if_gpu_unused()
+        self.gpu_check = asyncio.create_task(self._warn_if_gpu_unused())
         await self.repository.apply(self.config.models)
 
-    def _warn_if_gpu_unused(self) -> None:
+    async def _warn_if_gpu_unused(self) -> None:
         """A Jetson serving on the CPU because its onnxruntime lacks the GPU providers says so
-        once at start (onnxruntime is imported only where a Jetson is detected)."""
-        platform = board.detect(self.config.daemon.sysfs_root).platform
+        once, as soon as the governor's first status document names the board."""
+        while (document := self.status()) is None:
+            await asyncio.sleep(STATUS_POLL_S)
+        platform = document["platform"]
         if platform.startswith("jetson"):
             from mcpd.serving.backends import onnxrt
 
@@ -107,6 +114,8 @@ class InferenceService:
 
     async def stop(self) -> None:
         """Stop accepting, finish the queued requests, release the models and shared memory."""
+        if self.gpu_check is not None:
+            self.gpu_check.cancel()
         if self.connections is not None:
             self.connections.stop()  # answers in flight go on
         if self._runner is not None:
