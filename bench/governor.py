@@ -42,7 +42,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_loop import cpu_hog, nothing, simulated_board
-from serving import LoadGenerator, mcpd_request, process, wait_for
+from serving import ROOT, LoadGenerator, mcpd_request, process, wait_for
 
 from mcpd.client import Client
 from mcpd.demo.build import resnet50
@@ -72,9 +72,11 @@ def daemon(tree: Path | None, board: Path, model: Path, folder: Path) -> Iterato
         f'[daemon]\nsysfs_root = "{board}"\nsocket = "{sock}"\nstate_dir = "{folder}/state"\n'
         f'runtime_dir = "{folder}/run"\n[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
     )
+    # `-m` puts the working folder first on sys.path, ahead of PYTHONPATH: run in `tree` itself,
+    # or "the baseline" is this checkout again.
     env = {"PYTHONPATH": str(tree)} if tree is not None else None
     command = [PYTHON, "-m", "mcpd", "run", "--config", str(folder / "mcpd.toml")]
-    with process(command, env):
+    with process(command, env, tree or ROOT):
         wait_for(lambda: ready(sock), "mcpd")
         yield sock
 
