@@ -224,8 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the daemon (under systemd, or on a simulated board)")
     run.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
-    run.add_argument("--simulate", choices=sorted(PROFILES), metavar="PROFILE",
-                     help=f"run on a simulated board: {', '.join(sorted(PROFILES))}")  # fmt: skip
+    run.add_argument(
+        "--simulate",
+        choices=sorted(PROFILES),
+        metavar="PROFILE",
+        help=f"run on a simulated board: {', '.join(sorted(PROFILES))}",
+    )
     run.add_argument("--sim-root", help="folder for the simulated board (default: a temporary one)")
     run.add_argument("--sim-load", default="sustained", help="idle, sustained or bursts[:ON/OFF]")
     run.add_argument(
@@ -255,9 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
         "reload", help="reload the running daemon's config and wait for its verdict (ExecReload)"
     )
     reload.add_argument("--pid", help="the daemon's process id (default $MAINPID, as systemd sets)")
-    reload.add_argument("--runtime-dir",
-                        help="the daemon's [daemon] runtime_dir, where it writes its verdict "
-                             "(default $RUNTIME_DIRECTORY, as systemd sets, else /run/mcpd)")  # fmt: skip
+    reload.add_argument(
+        "--runtime-dir",
+        help="the daemon's [daemon] runtime_dir, where it writes its verdict "
+        "(default $RUNTIME_DIRECTORY, as systemd sets, else /run/mcpd)",
+    )
     reload.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
     reload.set_defaults(func=cmd_reload, default_level="warning")
 

@@ -248,9 +248,12 @@ class Daemon:
         )
         log.info(
             "ready: %s%s; %d temperature sensors, power: %s; domains: %s",
-            self.board.platform, f" ({self.board.model})" if self.board.model else "",
-            len(snapshot.temperatures), plan.reason, names,
-        )  # fmt: skip
+            self.board.platform,
+            f" ({self.board.model})" if self.board.model else "",
+            len(snapshot.temperatures),
+            plan.reason,
+            names,
+        )
         self.events.publish(Event("daemon", "mcpd started", {"platform": self.board.platform}))
 
     async def reload(self) -> None:
@@ -302,8 +305,10 @@ class Daemon:
 
     def _reject(self, began: float, problems: list[str], text: str) -> None:
         # One journal line: the problems joined, so that `journalctl -p err` shows all of them.
-        log.error("reload rejected, the running configuration stays in force: %s",
-                  text.replace("\n", "; "))  # fmt: skip
+        log.error(
+            "reload rejected, the running configuration stays in force: %s",
+            text.replace("\n", "; "),
+        )
         self.events.publish(Event("daemon", "reload rejected", {"problems": problems}))
         self.notifier.ready(status.line(self.loop.snapshot))
         verdict = reloading.Verdict(os.getpid(), began, False, text)

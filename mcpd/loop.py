@@ -228,9 +228,14 @@ class ControlLoop:
             self._state = "paused"
         else:
             verdict, changes = self.policy.decide(
-                s.policy, s.governor, s.adaptive, readings, self._ages.temperature, now,
+                s.policy,
+                s.governor,
+                s.adaptive,
+                readings,
+                self._ages.temperature,
+                now,
                 self.actuators,
-            )  # fmt: skip
+            )
             if changes:
                 written = self.clock()
             self._floor.check(self.actuators.controls.values(), readings, s.params)

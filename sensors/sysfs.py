@@ -46,8 +46,13 @@ episode in the log. Only the control loop's thread reads sensors."""
 
 def file_kind(mode: int) -> str:
     """What a non-regular file is, for error messages."""
-    kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-             stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
+    kinds = {
+        stat.S_IFDIR: "a directory",
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+    }
     return kinds.get(stat.S_IFMT(mode), "not a plain file")
 
 

@@ -277,8 +277,13 @@ def test_a_symlink_to_a_config_is_followed(tmp_path: Path) -> None:
 def test_check_config_prints_one_line_and_no_traceback(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "mcpd.toml"
     path.write_bytes(content)
-    result = subprocess.run([sys.executable, "-m", "mcpd", "check-config", str(path)],
-                            cwd=PROJECT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpd", "check-config", str(path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"{path}: ") and result.stderr.count("\n") == 1, result.stderr
@@ -286,10 +291,18 @@ def test_check_config_prints_one_line_and_no_traceback(tmp_path: Path, content: 
 
 def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path) -> None:
     (tmp_path / "folder.onnx").mkdir()
-    path = write(tmp_path, '[[models]]\nname = "a"\npath = "gone.onnx"\n'
-                           '[[models]]\nname = "b"\npath = "folder.onnx"\n')  # fmt: skip
-    result = subprocess.run([sys.executable, "-m", "mcpd", "check-config", str(path)],
-                            cwd=PROJECT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    path = write(
+        tmp_path,
+        '[[models]]\nname = "a"\npath = "gone.onnx"\n'
+        '[[models]]\nname = "b"\npath = "folder.onnx"\n',
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpd", "check-config", str(path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"{path}: models[0].path: cannot read {tmp_path}/gone.onnx: No such file or directory",

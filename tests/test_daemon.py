@@ -32,8 +32,21 @@ class RunningDaemon:
         env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"))
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
-        command = [sys.executable, "-m", "mcpd", "run", "--config", str(self.config), "--simulate", "rk3588",
-                   "--sim-root", str(self.root), "--sim-speed", "10", *args]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "mcpd",
+            "run",
+            "--config",
+            str(self.config),
+            "--simulate",
+            "rk3588",
+            "--sim-root",
+            str(self.root),
+            "--sim-speed",
+            "10",
+            *args,
+        ]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, cwd=PROJECT, env=env, stderr=log)
 
@@ -175,8 +188,13 @@ def test_sighup_applies_a_good_config_and_rejects_a_bad_one(
 def test_invalid_config_at_start_exits_with_the_problem(tmp_path: Path) -> None:
     config = tmp_path / "mcpd.toml"
     config.write_text("[sampling]\ntemperature_ms = 0\n")
-    result = subprocess.run([sys.executable, "-m", "mcpd", "run", "--config", str(config), "--simulate", "rk3588"],
-                            cwd=PROJECT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpd", "run", "--config", str(config), "--simulate", "rk3588"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert (
         f"{config}: sampling.temperature_ms: expected greater than or equal to 10, got 0"

@@ -48,9 +48,15 @@ def make_loop(
     seen: list[Event] = []
     events.subscribe(seen.append)
     loop = ControlLoop(
-        root, board.detect(root), settings or LoopSettings(), events=events,
-        baseline=Baseline.load([root / "run/mcpd", root / "state"], root), clock=clock, wall=lambda: 1.7e9 + clock.now, **kwargs,  # type: ignore[arg-type]
-    )  # fmt: skip
+        root,
+        board.detect(root),
+        settings or LoopSettings(),
+        events=events,
+        baseline=Baseline.load([root / "run/mcpd", root / "state"], root),
+        clock=clock,
+        wall=lambda: 1.7e9 + clock.now,
+        **kwargs,  # type: ignore[arg-type]
+    )
     loop.start()
     return loop, clock, seen
 

@@ -199,8 +199,9 @@ def test_tls_with_a_client_certificate_and_a_password_file(
     }
     users = {"board": "s3cret", "ops": "ops-pass"}
     with Mosquitto(tmp_path / "broker", tls=certificates, users=users) as broker:
-        mqtt = settings(broker, host="localhost", tls=tls, username="board",
-                        password_file=str(password))  # fmt: skip
+        mqtt = settings(
+            broker, host="localhost", tls=tls, username="board", password_file=str(password)
+        )
         with (
             recording(broker, T, username="ops", password="ops-pass") as recorder,
             publishing(mqtt, tmp_path),

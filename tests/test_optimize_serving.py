@@ -65,10 +65,21 @@ def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Ser
         def board_status() -> dict[str, Any]:
             """The daemon's status document for an idle board with these models' stats."""
             snapshot = Snapshot(
-                ts=1.0, platform="x86", model="test", temperature_c=50.0, power_w=None,
-                power_estimated=False, metered=False, temperatures={}, powers={}, domains=(),
-                state="holding", profile="default", last_action=None, batch={},
-            )  # fmt: skip
+                ts=1.0,
+                platform="x86",
+                model="test",
+                temperature_c=50.0,
+                power_w=None,
+                power_estimated=False,
+                metered=False,
+                temperatures={},
+                powers={},
+                domains=(),
+                state="holding",
+                profile="default",
+                last_action=None,
+                batch={},
+            )
             return status.document(snapshot, holder[0].service.stats(), {}, {}, {})
 
         served = Served(cfg, status=board_status)

@@ -189,8 +189,18 @@ def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path
 
     configure(140.0, 130.0)  # nothing to do: the caps stay at their maximum
     log = tmp_path / "daemon.log"
-    command = [sys.executable, "-m", "mcpd", "run", "--config", str(cfg),
-               "--simulate", "jetson-orin-nano", "--sim-root", str(board)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "run",
+        "--config",
+        str(cfg),
+        "--simulate",
+        "jetson-orin-nano",
+        "--sim-root",
+        str(board),
+    ]
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
             command,

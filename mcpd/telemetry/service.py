@@ -79,8 +79,11 @@ class TelemetryService:
         self._publisher = publisher
         log.info(
             "MQTT telemetry to %s:%d every %d ms on %s/…",
-            mqtt.host, mqtt.port, mqtt.telemetry_ms, publisher.topics.base,
-        )  # fmt: skip
+            mqtt.host,
+            mqtt.port,
+            mqtt.telemetry_ms,
+            publisher.topics.base,
+        )
 
     async def stop(self) -> None:
         publisher, self._publisher = self._publisher, None
