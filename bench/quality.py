@@ -27,6 +27,7 @@ from mcpd.events import EventBus
 from mcpd.loop import ControlLoop, LoopSettings
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
+from sensors.discovery import PowerOptions
 
 SCENARIOS = ("sustained", "bursts", "bursts-short", "ambient-step", "load-step")
 GOVERNORS = ("hysteresis", "adaptive", "fixed")
@@ -144,7 +145,9 @@ def run(
                 clock=clock,
             )
             tick = loop.tick
-        meter = SensorSet.discover(sim.root)
+        # The board's meters, never the estimator; a board without one (RK3588) is measured by
+        # the plant's true input power, what a meter on its supply would read.
+        meter = SensorSet.discover(sim.root, power=PowerOptions("meter"))
         temps: list[float] = []
         powers: list[tuple[float, float]] = []
         # The first sample at MEASURE_S: at 0 the registers still hold the board before the caps.
@@ -155,7 +158,11 @@ def run(
             wake = tick(clock.now)
             if clock.now >= next_measure - 1e-9:
                 temps.append(meter.sample_temperatures().celsius or 999.0)
-                watts = meter.sample_powers(clock.now).watts
+                watts = (
+                    meter.sample_powers(clock.now).watts
+                    if meter.power_plan.metered
+                    else sim.state.input_w
+                )
                 if watts is not None:
                     powers.append((clock.now, watts))
                 next_measure += MEASURE_S

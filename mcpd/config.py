@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from sensors.discovery import PowerOptions
 from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
@@ -83,6 +84,12 @@ class SamplingSection(Section):
 class SensorsSection(Section):
     governing_temperatures: tuple[StrictStr, ...] = ()
     governing_powers: tuple[StrictStr, ...] = ()
+    power: Literal["auto", "meter", "estimate"] = "auto"
+    estimate_static_w: Watts = 4.0
+    power_coefficients: dict[Name, Annotated[StrictFloat, Field(gt=0, le=1_000_000)]] = {}
+
+    def power_options(self) -> PowerOptions:
+        return PowerOptions(self.power, self.estimate_static_w, dict(self.power_coefficients))
 
 
 class DomainSection(Section):

@@ -41,6 +41,7 @@ from mcpd.notify import Notifier
 from mcpd.state import DomainStatus, LastAction, Snapshot
 from mcpd.thermal_forecast import headroom
 from sensors import PowerSample, SensorSet, TemperatureSample
+from sensors.discovery import PowerOptions
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd.loop")
@@ -69,6 +70,7 @@ class LoopSettings:
     """Model name -> max_batch."""
     governing_temperatures: tuple[str, ...] = ()
     governing_powers: tuple[str, ...] = ()
+    power: PowerOptions = field(default_factory=PowerOptions)
     rescan_s: float = 10.0
     """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
     profile: str = "default"
@@ -99,6 +101,7 @@ class LoopSettings:
             models={model.name: model.max_batch for model in config.models},
             governing_temperatures=config.sensors.governing_temperatures,
             governing_powers=config.sensors.governing_powers,
+            power=config.sensors.power_options(),
             profile=profile,
         )
 
@@ -450,7 +453,7 @@ class ControlLoop:
 
     def _discover_sensors(self) -> SensorSet:
         s = self.settings
-        return SensorSet.discover(self.root, s.governing_temperatures, s.governing_powers)
+        return SensorSet.discover(self.root, s.governing_temperatures, s.governing_powers, s.power)
 
     def _sync_domains(self) -> None:
         g = self.settings.governor
@@ -542,9 +545,10 @@ class ControlLoop:
     def _apply_settings(self, settings: LoopSettings, now: float) -> None:
         self._pending = None
         old, self.settings = self.settings, settings
-        if (old.governing_temperatures, old.governing_powers) != (
+        if (old.governing_temperatures, old.governing_powers, old.power) != (
             settings.governing_temperatures,
             settings.governing_powers,
+            settings.power,
         ):
             self.sensors = self._discover_sensors()
         self._sync_domains()
@@ -598,6 +602,7 @@ class ControlLoop:
             power_w=power.watts,
             power_estimated=self.sensors.power_plan.estimated,
             metered=self.sensors.power_plan.metered,
+            power_source=self.sensors.power_plan.source,
             temperatures={r.name: r.celsius for r in self._temp_sample.readings},
             powers={r.name: r.watts for r in power.readings},
             domains=tuple(

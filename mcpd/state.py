@@ -58,6 +58,8 @@ class Snapshot:
     external_cap_changes: int = 0
     """Caps found changed by another program since start (mcpd followed them)."""
     policy: str = "hysteresis"
+    power_source: str | None = None
+    """"meter", "estimate" (sensors/estimate.py) or None (no power known)."""
 
 
 @dataclass(frozen=True)

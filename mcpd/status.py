@@ -61,6 +61,7 @@ def document(
         "temperature_c": _round(snapshot.temperature_c, 2),
         "power_w": _round(snapshot.power_w, 3),
         "power_estimated": snapshot.power_estimated,
+        "power_source": snapshot.power_source,
         "temperatures": {name: _round(c, 2) for name, c in snapshot.temperatures.items()},
         "powers": {name: _round(w, 3) for name, w in snapshot.powers.items()},
         "domains": {
@@ -117,6 +118,8 @@ def line(snapshot: Snapshot) -> str:
         power = "no meter"
     else:
         power = "power n/a" if snapshot.power_w is None else f"{snapshot.power_w:.2f} W"
+        if snapshot.power_source == "estimate":
+            power += " est."
     caps = " ".join(
         f"{d.name} {d.cap_mhz:.0f}" if d.cap_mhz is not None else f"{d.name} n/a"
         for d in snapshot.domains

@@ -8,11 +8,11 @@ most RK3588 boards). Both choices can be overridden by sensor name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sensors import hwmon, ina3221, jetson_iio, rapl, thermal
+from sensors import estimate, hwmon, ina3221, jetson_iio, rapl, thermal
 from sensors.base import (
     INPUT_RAILS,
     PowerReading,
@@ -51,6 +51,29 @@ class PowerPlan:
     @property
     def metered(self) -> bool:
         return bool(self.names)
+
+    @property
+    def source(self) -> str | None:
+        """ "meter", "estimate" (the Energy Model estimator) or None (no power at all)."""
+        if not self.names:
+            return None
+        return "estimate" if self.names == (estimate.NAME,) else "meter"
+
+
+@dataclass(frozen=True)
+class PowerOptions:
+    """`[sensors] power`: "auto" (a meter where the board has one, else the estimator), "meter"
+    (never estimate) or "estimate" (the estimator even beside a meter, to compare the two; it
+    learns its static term from that meter)."""
+
+    mode: str = "auto"
+    static_w: float = 4.0
+    """The estimator's static term until a meter teaches it better (`estimate_static_w`)."""
+    coefficients: Mapping[str, float] = field(default_factory=dict)
+    """Domain -> µW/MHz/V², for device-tree nodes without `dynamic-power-coefficient`."""
+
+
+AUTO_POWER = PowerOptions()
 
 
 NO_METER = PowerPlan((), False, "no power meter found on this board")
@@ -108,9 +131,12 @@ class SensorSet:
         powers: list[PowerSensor],
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
+        estimator: estimate.EstimatedPower | None = None,
+        power_mode: str = "auto",
     ) -> None:
         self.temperatures = temperatures
-        self.powers = powers
+        self.powers: list[PowerSensor] = [*powers, *([estimator] if estimator else [])]
+        self.estimator = estimator
         if governing_temperatures:
             known = {s.name for s in temperatures}
             missing = [n for n in governing_temperatures if n not in known]
@@ -121,7 +147,14 @@ class SensorSet:
             self.governing_names = frozenset(governing_temperatures) & known
         else:
             self.governing_names = frozenset(s.name for s in temperatures if s.governs)
-        self.power_plan = plan_power(powers, governing_powers)
+        self.meter_plan = plan_power(powers, governing_powers)
+        """What the meters alone give: the governing power unless the estimator stands in."""
+        self.power_plan = self.meter_plan
+        if estimator is not None and (power_mode == "estimate" or not self.meter_plan.metered):
+            why = "forced by [sensors] power" if self.meter_plan.metered else "no power meter"
+            self.power_plan = PowerPlan(
+                (estimate.NAME,), True, f"estimate from the device tree's Energy Model ({why})"
+            )
 
     @classmethod
     def discover(
@@ -129,6 +162,7 @@ class SensorSet:
         root: str | Path,
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
+        power: PowerOptions = AUTO_POWER,
     ) -> SensorSet:
         root = Path(root)
         zones = thermal.discover(root)
@@ -140,7 +174,18 @@ class SensorSet:
             *rapl.discover(root),
             *hwmon.discover_powers(root),
         ]
-        return cls(temperatures, powers, governing_temperatures, governing_powers)
+        estimator = None
+        if power.mode == "estimate" or (
+            power.mode == "auto" and not plan_power(powers, governing_powers).metered
+        ):
+            estimator, missing = estimate.discover(root, power.static_w, power.coefficients)
+            for why in missing:
+                log.debug("power estimate: %s", why)
+            if estimator is None and power.mode == "estimate":
+                log.error('[sensors] power = "estimate", but no domain can be estimated')
+        return cls(
+            temperatures, powers, governing_temperatures, governing_powers, estimator, power.mode
+        )
 
     def sample_temperatures(self) -> TemperatureSample:
         readings = tuple(sensor.sample() for sensor in self.temperatures)
@@ -149,6 +194,10 @@ class SensorSet:
     def sample_powers(self, now: float) -> PowerSample:
         readings = tuple(PowerReading(s.name, s.source, s.read(now)) for s in self.powers)
         watts = governing_power(readings, self.power_plan)
+        if self.estimator is not None and self.meter_plan.metered:
+            meter_w = governing_power(readings, self.meter_plan)
+            if meter_w is not None:
+                self.estimator.learn(meter_w)
         return PowerSample(readings, watts, self.power_plan.estimated)
 
     @property

@@ -106,7 +106,7 @@ def test_ready_status_watchdog_throttle_and_clean_stop(
     d.receive(lambda m: m == "WATCHDOG=1")
     d.wait_for(lambda: d.cap(POLICY4) < 2400000)  # the simulated board passed 85 °C
     status = d.receive(lambda m: m.startswith("STATUS=") and ("lowering" in m or "holding" in m))
-    assert "°C" in status and "no meter" in status
+    assert "°C" in status and "W est." in status  # RK3588: no meter, the estimate governs
     assert (tmp_path / "state/baseline.json").exists()
     d.process.send_signal(signal.SIGTERM)
     assert d.process.wait(timeout=15) == 0
