@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.quality import POWER_COEFFICIENTS
 from mcpd import domains
 from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
 from sensors import SensorSet
@@ -37,7 +38,6 @@ LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0)
 CAP_FRACTIONS = (0.4, 0.7, 1.0)
 STEP_S = 0.1
 LEARN_S = 5.0
-NPU_COEFFICIENTS = {"fdab0000.npu": 3600.0}
 
 
 def point(
@@ -106,8 +106,8 @@ def main() -> None:
     runs = [
         sweep(args.profile, args.seconds, PowerOptions("estimate", 4.0, coefficients), learn)
         for coefficients, learn in (
-            (NPU_COEFFICIENTS, True),
-            (NPU_COEFFICIENTS, False),
+            (POWER_COEFFICIENTS, True),
+            (POWER_COEFFICIENTS, False),
             ({}, True),
         )
     ]

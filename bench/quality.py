@@ -71,6 +71,12 @@ class Case:
         return Ambient(self.ambient_c)
 
 
+POWER_COEFFICIENTS = {"fdab0000.npu": 3600.0}
+"""`[sensors] power_coefficients` for the governed runs: the simulated RK3588 NPU's node has no
+`dynamic-power-coefficient` (as the real one), so its estimate would miss the NPU's 2.6 W;
+3600 µW/MHz/V² is what calibrating it once against a meter gives (docs/power-estimate.md)."""
+
+
 def loop_settings(case: Case, governor: str, raise_hold_ms: int = 0) -> LoopSettings:
     limit = case.power_limit_w
     rule = HysteresisGovernor(power_high_w=limit, power_low_w=limit * 0.75)
@@ -81,6 +87,7 @@ def loop_settings(case: Case, governor: str, raise_hold_ms: int = 0) -> LoopSett
         policy=governor,
         adaptive=AdaptivePolicy(power_high_w=limit),
         raise_hold_s=raise_hold_ms / 1000,
+        power=PowerOptions(coefficients=POWER_COEFFICIENTS),
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from mcpd import board, config, domains, reloading, status
 from mcpd.baseline import Baseline, baseline_folders
+from mcpd.energy import EnergyAccount, Served
 from mcpd.events import Event, EventBus
 from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
 from mcpd.notify import Notifier
@@ -91,6 +92,8 @@ class Daemon:
             on_status=self._on_status,
         )
         self.daemon_stats = status.DaemonStats(scheduling)
+        self.energy = EnergyAccount()
+        self._energy_lock = threading.Lock()
         self.services: list[Service] = self._services()
         self._requests_seen: dict[str, int] = {}
         """Requests served per model at the previous live line (once a second)."""
@@ -119,12 +122,18 @@ class Daemon:
         return stats
 
     def status(self) -> dict[str, Any]:
+        snapshot, stats = self.loop.snapshot, self.model_stats()
+        served = {name: Served(s.requests, s.p50_ms) for name, s in stats.items()}
+        with self._energy_lock:  # status is asked for by the telemetry and serving threads
+            self.energy.update(snapshot.energy_j, snapshot.ts, served)
+            joules = self.energy.joules_per_inference()
         return status.document(
-            self.loop.snapshot,
-            self.model_stats(),
+            snapshot,
+            stats,
             self.daemon_stats(),
             self.loop.timing.summary(),
             self.serving.info(),
+            joules,
         )
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:

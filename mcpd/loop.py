@@ -39,7 +39,7 @@ from mcpd.config import Config, DomainSection
 from mcpd.events import Event, EventBus
 from mcpd.notify import Notifier
 from mcpd.state import DomainStatus, LastAction, Snapshot
-from mcpd.thermal_forecast import headroom
+from mcpd.thermal_forecast import ThrottleForecast, headroom
 from sensors import PowerSample, SensorSet, TemperatureSample
 from sensors.discovery import PowerOptions
 from sensors.hotplug import HotplugMonitor
@@ -222,6 +222,8 @@ class ControlLoop:
         self._unknown: set[str] = set()
         self._temp_sample = TemperatureSample((), None)
         self._power_sample = PowerSample((), None, False)
+        self._forecast = ThrottleForecast()
+        self._energy_j: float | None = None
         self._last_action: LastAction | None = None
         self._state = "starting"
         self._caps: dict[str, float | None] = {}
@@ -287,13 +289,16 @@ class ControlLoop:
             self._temp_sample = self.sensors.sample_temperatures()
             if self._temp_sample.celsius is not None:
                 self._temp = (self._temp_sample.celsius, now)
+                self._forecast.add(now, self._temp_sample.celsius)
             self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
             sampled = True
         if self.sensors.powers and now >= self._next_power:
             self.timing.lateness_s.append(self.clock() - self._next_power)
             self._power_sample = self.sensors.sample_powers(now)
             if self._power_sample.watts is not None:
+                self._add_energy(self._power_sample.watts, now)
                 self._power = (self._power_sample.watts, now)
+                self._forecast.add_power(now, self._power_sample.watts)
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
             sampled = True
         if sampled:
@@ -381,6 +386,14 @@ class ControlLoop:
                 self._state = "ungoverned"
         self.snapshot = self._build_snapshot()
         return written
+
+    def _add_energy(self, watts: float, now: float) -> None:
+        """Board energy since start: each reading held until the next, a gap (a silent meter)
+        counted for at most `stale_s`."""
+        if self._power is None or self._energy_j is None:
+            self._energy_j = 0.0
+            return
+        self._energy_j += watts * min(now - self._power[1], self.settings.stale_s)
 
     def _adapt(self, readings: Readings, now: float) -> tuple[Verdict, list[CapChange]]:
         policy = self.settings.adaptive
@@ -622,6 +635,10 @@ class ControlLoop:
             last_action=self._last_action,
             batch=dict(self._batch),
             headroom=headroom(self._temp_sample.celsius, self.settings.governor.temp_high_c),
+            energy_j=self._energy_j,
+            seconds_to_throttle=self._forecast.seconds_to(
+                self.settings.governor.temp_high_c, self.clock()
+            ),
             external_cap_changes=self._external_changes,
             policy=self.settings.policy,
         )

@@ -52,6 +52,7 @@ def document(
     daemon: Mapping[str, Any],
     loop: Mapping[str, Any],
     serving: Mapping[str, Any],
+    joules: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     last = snapshot.last_action
     return {
@@ -75,7 +76,10 @@ def document(
             }
             for d in snapshot.domains
         },
-        "thermal": {"headroom": _round(snapshot.headroom, 3)},
+        "thermal": {
+            "headroom": _round(snapshot.headroom, 3),
+            "seconds_to_throttle": _round(snapshot.seconds_to_throttle, 1),
+        },
         "governor": {
             "state": snapshot.state,
             "policy": snapshot.policy,
@@ -86,16 +90,19 @@ def document(
             else {"action": last.action, "reason": last.reason, "ts": round(last.ts, 3)},
         },
         "batch": dict(snapshot.batch),
-        "inference": inference(models),
+        "inference": inference(models, joules or {}),
         "daemon": dict(daemon),
         "serving": dict(serving),
         "loop": dict(loop),
     }
 
 
-def inference(models: Mapping[str, ModelStats]) -> dict[str, Any]:
+def inference(
+    models: Mapping[str, ModelStats], joules: Mapping[str, float | None]
+) -> dict[str, Any]:
     """The document's `inference` part: the governor fills it from the serving process's last
-    report, the serving process from its own live counters."""
+    report and its energy account (mcpd/energy.py), the serving process from its own live
+    counters and the governor's energy figures."""
     return {
         name: {
             "ready": stats.ready,
@@ -106,6 +113,8 @@ def inference(models: Mapping[str, ModelStats]) -> dict[str, Any]:
             "queue_depth": stats.queue_depth,
             # precision, speedup, cosine_min, top1_agreement of what serves (`optimize`)
             "optimized": stats.detail.get("optimized"),
+            # board energy attributed to this model's inferences (estimated with the power)
+            "joules_per_inference": _round(joules.get(name), 4),
         }
         for name, stats in models.items()
     }

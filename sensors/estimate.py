@@ -4,8 +4,9 @@ A power sensor like the meters (sensors.base.PowerSensor), named `estimate`, who
 sensors.power_model's formula over what this module reads: each cpufreq policy's current
 frequency and its CPUs' utilization (/proc/stat, sensors.cpustat), each devfreq device's `load`
 (sensors.devfreq_load), and the device-tree facts found once at discovery (sensors.devicetree).
-Activity is measured over at least `WINDOW_S`: /proc/stat counts in 10 ms jiffies, so a 100 ms
-interval would quantize utilization to a tenth. A device whose load cannot be read counts as
+CPU utilization is measured over at least `WINDOW_S` (/proc/stat counts in 10 ms jiffies, so a
+100 ms interval would quantize it to a tenth); clocks and device loads are read at every sample,
+so a cap the governor writes shows in the next estimate. A device whose load cannot be read counts as
 fully busy at its top frequency: an estimate that errs high makes the governor throttle early,
 never late.
 """
@@ -61,45 +62,51 @@ class EstimatedPower:
         self.attributes = tuple(self._cur.values())
         self._stat = cpustat.CpuStat(root)
         self._window_start: float | None = None
+        self._busy: dict[str, float] | None = None
         self._activity: dict[str, Activity] | None = None
         self._provisional = True
 
     def __repr__(self) -> str:
         return f"EstimatedPower({[m.name for m in self.models]}, static_w={self.static_w:.2f})"
 
-    def _measure(self) -> dict[str, Activity]:
-        """Activity since the previous call. Before a first /proc/stat interval (or without the
-        file) every CPU counts as busy: the estimate errs high until it knows better."""
+    def _measure_busy(self) -> dict[str, float]:
+        """Busy CPUs per policy since the previous call. Before a first /proc/stat interval (or
+        without the file) every CPU counts as busy: the estimate errs high until it knows
+        better."""
         busy = self._stat.busy()
         self._provisional = busy is None
+        return {
+            name: len(cpus) if busy is None else sum(busy.get(cpu, 0.0) for cpu in cpus)
+            for name, cpus in self.cpus.items()
+        }
+
+    def _activity_now(self, busy: dict[str, float]) -> dict[str, Activity]:
+        """Each domain's frequency as it is now (a cap just written counts at once), CPUs with
+        the last window's utilization, devices with their own load."""
         activity = {}
         for model in self.models:
+            top_khz = model.opps[-1].hz // 1000
             if model.name in self.cpus:
                 khz = self._cur[model.name].read_int(0)
-                if khz is None:
-                    khz = model.opps[-1].hz // 1000
-                cpus = self.cpus[model.name]
-                total = len(cpus) if busy is None else sum(busy.get(cpu, 0.0) for cpu in cpus)
-                activity[model.name] = Activity(khz, total)
+                activity[model.name] = Activity(top_khz if khz is None else khz, busy[model.name])
             else:
                 load = devfreq_load.read(self.root, model.name)
                 activity[model.name] = (
-                    Activity(model.opps[-1].hz // 1000, 1.0)
-                    if load is None
-                    else Activity(load.khz, load.busy)
+                    Activity(top_khz, 1.0) if load is None else Activity(load.khz, load.busy)
                 )
         return activity
 
     def read(self, now: float) -> float | None:
-        """The estimate at `now`, from the activity of the last window (`WINDOW_S`)."""
+        """The estimate at `now`: utilization over the last window (`WINDOW_S`), clocks now."""
         if (
-            self._activity is None
+            self._busy is None
             or self._provisional
             or self._window_start is None
             or now - self._window_start >= WINDOW_S
         ):
-            self._activity = self._measure()
+            self._busy = self._measure_busy()
             self._window_start = now
+        self._activity = self._activity_now(self._busy)
         return estimate_watts(self.models, self._activity, self.static_w)
 
     def learn(self, meter_w: float) -> None:

@@ -71,7 +71,13 @@ class Serving:
     def status(self) -> dict[str, Any]:
         document = self.block.status() or {}
         if self.service is not None:
-            document["inference"] = status.inference(self.service.stats())
+            governor = document.get("inference") or {}
+            joules = {
+                name: entry.get("joules_per_inference")
+                for name, entry in governor.items()
+                if isinstance(entry, dict)
+            }
+            document["inference"] = status.inference(self.service.stats(), joules)
         return document
 
     def _on_event(self, event: Event) -> None:

@@ -1,0 +1,111 @@
+"""`thermal.seconds_to_throttle`: the fitted two-mass model, and its forecast against the
+simulator's actual time to 85 °C."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.throttle_forecast import run
+from mcpd import status
+from mcpd.thermal_forecast import (
+    MIN_HISTORY_S,
+    ThrottleForecast,
+    seconds_to_threshold,
+    stable,
+)
+from tests.fakesys import FakeSysfs
+from tests.test_loop import board_with_meter, make_loop, run_for, set_power, set_temp
+
+
+def two_masses(powers: list[float], ambient: float = 25.0) -> list[float]:
+    """1 s samples of a die (τ 3 s, 1.5 K/W) over a heatsink (τ 40 s, 4.5 K/W), solved exactly
+    per second: the physics the model is meant to fit, with its own numbers."""
+    die = sink = ambient + 6.0 * powers[0]
+    temps = []
+    for watts in powers:
+        sink_target = ambient + 4.5 * watts
+        sink_next = sink_target + (sink - sink_target) * math.exp(-1 / 40)
+        die_target = sink + 1.5 * watts
+        die = die_target + (die - die_target) * math.exp(-1 / 3)
+        sink = sink_next
+        temps.append(die)
+    return temps
+
+
+def actual_crossing(temps: list[float], threshold: float) -> float:
+    k = next(i for i, t in enumerate(temps) if t >= threshold)
+    return k - 1 + (threshold - temps[k - 1]) / (temps[k] - temps[k - 1])
+
+
+def test_forecast_of_a_load_step_from_its_own_history() -> None:
+    # Idle 2 W for 90 s, 10 W for 60 s, idle 60 s, then 10 W again: forecast 20 s into it.
+    powers = [2.0] * 90 + [10.0] * 60 + [2.0] * 60 + [10.0] * 300
+    temps = two_masses(powers)
+    actual = actual_crossing(temps[230:], 75.0)  # 85 °C is never reached at 10 W: 25 + 60 K
+    forecast = seconds_to_threshold(temps[:231], powers[:231], 75.0)
+    assert actual > 10 and forecast == pytest.approx(actual, rel=0.05)
+
+
+def test_no_forecast_when_cooling_levelling_off_or_already_there() -> None:
+    powers = [2.0] * 90 + [10.0] * 60 + [2.0] * 60
+    temps = two_masses(powers)
+    assert seconds_to_threshold(temps, powers, 75.0) is None  # cooling after the load
+    steady = two_masses([2.0] * 60 + [6.0] * 200)
+    assert 60.0 < steady[-1] < 61.0  # still rising, towards 61 °C
+    assert seconds_to_threshold(steady, [2.0] * 60 + [6.0] * 200, 65.0) is None  # levels off below
+    assert seconds_to_threshold(temps[:150], powers[:150], temps[140]) == 0.0
+    assert seconds_to_threshold(temps[: MIN_HISTORY_S - 1], powers, 75.0) is None
+    # A board at rest for its whole history taught the model nothing: no forecast.
+    assert seconds_to_threshold([40.0] * 120, [2.0] * 120, 85.0) is None
+
+
+def test_two_relaxing_masses_are_stable_an_oscillation_is_not() -> None:
+    fast, slow = math.exp(-1 / 3), math.exp(-1 / 40)
+    assert stable(fast + slow, -fast * slow)
+    assert not stable(1.9, -1.0)  # complex roots
+    assert not stable(1.2, -0.1)  # a root above 1: runaway
+
+
+def test_forecast_is_refreshed_once_a_second() -> None:
+    forecast = ThrottleForecast()
+    powers = [2.0] * 90 + [10.0] * 60 + [2.0] * 60 + [10.0] * 20
+    for second, (temp, watts) in enumerate(zip(two_masses(powers), powers, strict=True)):
+        forecast.add(float(second), temp)
+        forecast.add_power(float(second), watts)
+    first = forecast.seconds_to(75.0, 229.0)
+    assert first is not None and first > 10
+    forecast.add(229.5, 90.0)  # a reading that would change it, within the same second
+    assert forecast.seconds_to(75.0, 229.5) == first
+    assert forecast.seconds_to(75.0, 230.0) == 0.0
+
+
+def test_the_loop_feeds_the_forecast_and_publishes_it(fake: FakeSysfs) -> None:
+    """The control loop's samples reach the model: on a board whose temperature follows two
+    masses under a load step (written second by second, the governor paused so that nothing else
+    moves), the snapshot's forecast matches when that curve reaches 85 °C."""
+    powers = [2.0] * 30 + [11.5] * 40 + [2.0] * 30 + [11.5] * 200
+    temps = two_masses(powers)
+    board_with_meter(fake, temps[0], powers[0])
+    loop, clock, _ = make_loop(fake.root)
+    loop.paused = True
+    for temp, watts in zip(temps[:115], powers[:115], strict=True):
+        set_temp(fake, temp)
+        set_power(fake, watts)
+        run_for(loop, clock, 1.0)
+    actual = actual_crossing(temps[115:], 85.0) + 1.0
+    assert loop.snapshot.seconds_to_throttle == pytest.approx(actual, rel=0.1)
+    document = status.document(loop.snapshot, {}, {}, {}, {})
+    assert document["thermal"]["seconds_to_throttle"] == pytest.approx(actual, rel=0.1)
+
+
+@pytest.mark.slow
+def test_seconds_to_throttle_against_the_simulator() -> None:
+    """bench/throttle_forecast.py's case: a simulated RK3588 (power from its estimate) under
+    90 s of load, 120 s idle, then load again; every forecast more than 10 s before the board
+    reaches 85 °C is within 20 % of when it did."""
+    result = run("rk3588", 1.0, 25.0)
+    assert result["crossed_s"] is not None and result["crossed_s"] > 20
+    assert result["max_error"] is not None and result["max_error"] <= 0.2
+    assert result["missed"] <= 2  # the first seconds of the load, before a mean has moved
