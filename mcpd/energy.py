@@ -2,7 +2,7 @@
 spent. Pure: energies, times and counts in, joules out; no clock, no sensors.
 
 The control loop integrates the governing power (meter or estimate) into the board's energy
-since start (`Snapshot.energy_j`); the serving process reports each model's request count about
+since start (`BoardEnergy`, `Snapshot.energy_j`); the serving process reports each model's request count about
 once a second. Between two reports in which requests were counted, the board energy spent in
 that interval is split among the models that served in it, in proportion to the time their
 inferences took (requests × median latency, the best measure of busy time the report carries),
@@ -29,6 +29,22 @@ class Served:
 
     requests: int
     p50_ms: float | None
+
+
+class BoardEnergy:
+    """The board's energy since start: each power reading held until the next, a gap (a silent
+    meter) counted for at most `max_gap_s`."""
+
+    def __init__(self) -> None:
+        self.joules: float | None = None
+        self._last_t: float | None = None
+
+    def add(self, watts: float, t: float, max_gap_s: float) -> None:
+        if self._last_t is None or self.joules is None:
+            self.joules = 0.0
+        else:
+            self.joules += watts * min(max(t - self._last_t, 0.0), max_gap_s)
+        self._last_t = t
 
 
 class EnergyAccount:

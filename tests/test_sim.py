@@ -190,7 +190,9 @@ def test_load_schedules() -> None:
     step = LoadSchedule.parse("step:300")
     assert step.utils(299.9)["gpu"] == 0.5 and step.utils(300.0)["gpu"] == 1.0
     for bad in ("busy", "bursts:0/1", "bursts:a/b", "idle:3", "step", "step:-1", "step:x"):
-        with pytest.raises(ValueError, match=r"expected idle, sustained, bursts.*, step:AT or level:U"):
+        with pytest.raises(
+            ValueError, match=r"expected idle, sustained, bursts.*, step:AT or level:U"
+        ):
             LoadSchedule.parse(bad)
 
 

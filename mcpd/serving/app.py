@@ -27,6 +27,7 @@ from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
+from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
@@ -74,7 +75,7 @@ class Endpoints:
         self,
         repository: Repository,
         shm: SharedMemory,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument | None],
         daemon: DaemonSection,
     ) -> None:
         self.repository = repository
@@ -174,7 +175,7 @@ class Endpoints:
             entry.errors += 1
             raise
         entry.requests += 1
-        entry.latencies.add((time.monotonic() - started) * 1000)
+        entry.latencies.append(time.monotonic() - started)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)
         return web.Response(
@@ -256,8 +257,12 @@ class Endpoints:
     # -- mcpd ------------------------------------------------------------------------------------
 
     async def mcpd_status(self, request: web.Request) -> web.Response:
-        return reply(self.status())
+        document = self.status()
+        if document is None:
+            return error("the governor has not published its status yet; try again", 503)
+        return reply(document)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = metrics.render(self.status(), self.repository.stats())
+        document = self.status()
+        text = metrics.render({} if document is None else document, self.repository.stats())
         return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})

@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
 
 from mcpd import config as config_module
 from mcpd import logs, status
@@ -25,6 +24,7 @@ from mcpd.events import Event, EventBus
 from mcpd.ipc import Channel, SharedBlock
 from mcpd.listen import Listener
 from mcpd.serving.service import InferenceService
+from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
@@ -68,14 +68,15 @@ class Serving:
         size = 0 if slot is None else self.block.batch(slot)
         return size if size > 0 else 1 << 30  # unset: the model's own max_batch bounds it
 
-    def status(self) -> dict[str, Any]:
-        document = self.block.status() or {}
-        if self.service is not None:
-            governor = document.get("inference") or {}
+    def status(self) -> StatusDocument | None:
+        """The governor's document with this process's own live model statistics (and the
+        governor's energy per inference, which only it can reckon); None until the governor has
+        published its first."""
+        document = self.block.status()
+        if document is not None and self.service is not None:
             joules = {
                 name: entry.get("joules_per_inference")
-                for name, entry in governor.items()
-                if isinstance(entry, dict)
+                for name, entry in document["inference"].items()
             }
             document["inference"] = status.inference(self.service.stats(), joules)
         return document

@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -20,6 +19,7 @@ from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.state import ModelStats
+from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
@@ -38,7 +38,7 @@ class InferenceService:
     def __init__(
         self,
         config: Config,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument | None],
         batch_size: Callable[[str], int],
         events: EventBus,
         *,
