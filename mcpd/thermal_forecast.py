@@ -15,8 +15,8 @@ second's mean temperature already feels that second's power). Its six coefficien
 linear least-squares fit over the last `HISTORY_S` of 1 s means; the power is the governing
 power (meter or estimate), so every change of load or caps in that history teaches the model
 rather than breaking it. The forecast runs the model forward with the power held where it is now
-and says when it reaches the threshold: 0 at or above it, None while the board cools, when the
-model levels off below the threshold within `HORIZON_S`, or when the fit is not a stable
+and says when it reaches the threshold: 0 at or above it, None while the board cools, for the
+two seconds after a step in power (the newest means straddle it), when the model levels off below the threshold within `HORIZON_S`, or when the fit is not a stable
 two-mass system (too little history or no change in it yet). Without any power reading the
 model has no power terms: it then assumes the power does not change.
 """
@@ -34,6 +34,8 @@ MIN_HISTORY_S = 30
 HORIZON_S = 1800
 REFRESH_S = 1.0
 RIDGE = 1e-6
+POWER_STEP = 0.1
+"""No forecast while the last two seconds' power differs by more than this fraction."""
 
 
 def headroom(temp_c: float | None, threshold_c: float) -> float | None:
@@ -94,6 +96,8 @@ def seconds_to_threshold(
         return None
     if temps[-1] >= threshold_c:
         return 0.0
+    if powers is not None and abs(powers[-1] - powers[-2]) > POWER_STEP * abs(powers[-2]):
+        return None  # the power is stepping: the newest means straddle it
     coefficients = fit(temps, powers)
     if coefficients is None or not stable(coefficients[0], coefficients[1]):
         return None
