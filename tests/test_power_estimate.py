@@ -98,6 +98,8 @@ def test_device_tree_energy_model_of_the_simulated_rk3588(tmp_path: Path) -> Non
     assert devicetree.energy_model(sim.root, "npu", npu_node, 1) == (
         "npu: no dynamic-power-coefficient in the device tree"
     )
+    phandles = [p.read_bytes() for p in (sim.root / "proc/device-tree").rglob("phandle")]
+    assert len(phandles) == len(set(phandles)) == 5  # unique, as dtc makes them
     configured = devicetree.energy_model(sim.root, "npu", npu_node, 1, 3600.0)
     assert isinstance(configured, DomainModel) and configured.coefficient == 3600.0
     # A truncated property is not a value.

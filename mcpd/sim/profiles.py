@@ -366,12 +366,12 @@ def _rk_cpu_model(
     )
 
 
-def _rk_device_model(node: str, coefficient: int) -> EnergyModelNode:
+def _rk_device_model(node: str, coefficient: int, phandle: int) -> EnergyModelNode:
     return EnergyModelNode(
         node,
         coefficient,
         f"{node}/opp-table",
-        0x20 + coefficient % 7,
+        phandle,
         tuple(zip(_RK_GPU_HZ, _RK_GPU_UV, strict=True)),
     )
 
@@ -404,9 +404,9 @@ RK3588 = Profile(
     ),
     devfreqs=(
         Devfreq("fb000000.gpu", "sys/devices/platform/fb000000.gpu", _RK_GPU_HZ, "gpu", 2.15, "simple_ondemand",
-                energy_model=_rk_device_model("gpu@fb000000", 2982)),
+                energy_model=_rk_device_model("gpu@fb000000", 2982, 0x20)),
         Devfreq("fdab0000.npu", "sys/devices/platform/fdab0000.npu", _RK_GPU_HZ, "npu", 2.6, "rknpu_ondemand",
-                energy_model=_rk_device_model("npu@fdab0000", 0)),
+                energy_model=_rk_device_model("npu@fdab0000", 0, 0x21)),
         Devfreq("dmc", "sys/devices/platform/dmc", (528000000, 1068000000, 1560000000, 2112000000), "", 0.0,
                 "dmc_ondemand"),
     ),
