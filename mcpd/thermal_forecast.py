@@ -17,8 +17,10 @@ power (meter or estimate), so every change of load or caps in that history teach
 rather than breaking it. The forecast runs the model forward with the power held where it is now
 and says when it reaches the threshold: 0 at or above it, None while the board cools, for the
 two seconds after a step in power (the newest means straddle it), when the model levels off below the threshold within `HORIZON_S`, or when the fit is not a stable
-two-mass system (too little history or no change in it yet). Without any power reading the
-model has no power terms: it then assumes the power does not change.
+two-mass system (too little history or no change in it yet). The power is held where it is, plus
+what it has grown per kelvin since the last step (leakage: the same load draws more when hot,
+and near the threshold that decides whether the board gets there at all). Without any power
+reading the model has no power terms: it then assumes the power does not change.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ REFRESH_S = 1.0
 RIDGE = 1e-6
 POWER_STEP = 0.1
 """No forecast while the last two seconds' power differs by more than this fraction."""
+LEAKAGE_MIN_S = 10
+LEAKAGE_MIN_RISE_C = 3.0
+LEAKAGE_MAX = 0.01
+"""At most 1 % of the power per kelvin (silicon leakage roughly doubles every 20-30 K, on a
+share of the power that is rarely more than a third)."""
 
 
 def headroom(temp_c: float | None, threshold_c: float) -> float | None:
@@ -88,6 +95,24 @@ def stable(a1: float, a2: float) -> bool:
     return all(0.0 < root < 1.0 for root in roots)
 
 
+def leakage(temps: Sequence[float], powers: Sequence[float]) -> float:
+    """W/K by which the power has grown with the temperature since the last step in power (a
+    board's leakage: the same load and clocks draw more when hot); 0 without a clear rise."""
+    start = len(powers) - 1
+    while start > 0 and abs(powers[start] - powers[start - 1]) <= POWER_STEP * abs(
+        powers[start - 1]
+    ):
+        start -= 1
+    t, p = temps[start:], powers[start:]
+    if len(t) < LEAKAGE_MIN_S or max(t) - min(t) < LEAKAGE_MIN_RISE_C:
+        return 0.0
+    t_mean, p_mean = sum(t) / len(t), sum(p) / len(p)
+    slope = sum((x - t_mean) * (y - p_mean) for x, y in zip(t, p, strict=True)) / sum(
+        (x - t_mean) ** 2 for x in t
+    )
+    return min(max(slope, 0.0), LEAKAGE_MAX * p_mean)
+
+
 def seconds_to_threshold(
     temps: Sequence[float], powers: Sequence[float] | None, threshold_c: float
 ) -> float | None:
@@ -102,9 +127,12 @@ def seconds_to_threshold(
     if coefficients is None or not stable(coefficients[0], coefficients[1]):
         return None
     a1, a2, *rest = coefficients
-    drive = rest[-1] + (0.0 if powers is None else sum(rest[:3]) * powers[-1])
+    gain = 0.0 if powers is None else sum(rest[:3])
+    power = 0.0 if powers is None else powers[-1]
+    growth = 0.0 if powers is None else leakage(temps, powers)
     previous, current = temps[-2], temps[-1]
     for step in range(1, HORIZON_S + 1):
+        drive = rest[-1] + gain * (power + growth * (current - temps[-1]))
         following = a1 * current + a2 * previous + drive
         if step == 1 and following <= current:
             return None  # cooling

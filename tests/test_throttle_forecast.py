@@ -12,6 +12,7 @@ from mcpd import status
 from mcpd.thermal_forecast import (
     MIN_HISTORY_S,
     ThrottleForecast,
+    leakage,
     seconds_to_threshold,
     stable,
 )
@@ -59,6 +60,19 @@ def test_no_forecast_when_cooling_levelling_off_or_already_there() -> None:
     assert seconds_to_threshold(temps[: MIN_HISTORY_S - 1], powers, 75.0) is None
     # A board at rest for its whole history taught the model nothing: no forecast.
     assert seconds_to_threshold([40.0] * 120, [2.0] * 120, 85.0) is None
+
+
+def test_leakage_is_the_power_growth_per_kelvin_since_the_last_step() -> None:
+    temps = [40.0] * 20 + [50.0 + i for i in range(30)]
+    powers = [3.0] * 20 + [10.0 + 0.02 * (t - 50.0) for t in temps[20:]]
+    assert leakage(temps, powers) == pytest.approx(0.02)
+    assert leakage(temps[:25], powers[:25]) == 0.0  # too short and too little rise to tell
+    falling = [10.0 - 0.02 * (t - 50.0) for t in temps[20:]]
+    assert leakage(temps, [3.0] * 20 + falling) == 0.0  # never negative
+    steep = [10.0 + 1.0 * (t - 50.0) for t in temps[20:]]  # more than ever came from leakage
+    assert leakage(temps[:40], [3.0] * 20 + steep[:20]) == pytest.approx(
+        0.01 * 19.5
+    )  # 1 % of the mean power
 
 
 def test_two_relaxing_masses_are_stable_an_oscillation_is_not() -> None:
