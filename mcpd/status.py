@@ -189,7 +189,7 @@ def document(
             else {"action": last.action, "reason": last.reason, "ts": round(last.ts, 3)},
         },
         "batch": dict(snapshot.batch),
-        "inference": inference(models, joules or {}),
+        "inference": inference(models, joules),
         "daemon": daemon,
         "serving": serving,
         "loop": loop,
@@ -197,7 +197,7 @@ def document(
 
 
 def inference(
-    models: Mapping[str, ModelStats], joules: Mapping[str, float | None]
+    models: Mapping[str, ModelStats], joules: Mapping[str, float | None] | None = None
 ) -> dict[str, ModelDoc]:
     """The document's `inference` part: the governor fills it from the serving process's last
     report and its energy account (mcpd/energy.py), the serving process from its own live
@@ -213,7 +213,7 @@ def inference(
             # precision, speedup, cosine_min, top1_agreement of what serves (`optimize`)
             "optimized": stats.detail.get("optimized"),
             # board energy attributed to this model's inferences (estimated with the power)
-            "joules_per_inference": _round(joules.get(name), 4),
+            "joules_per_inference": _round((joules or {}).get(name), 4),
         }
         for name, stats in models.items()
     }
