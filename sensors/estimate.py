@@ -33,6 +33,8 @@ log = logging.getLogger("mcpd.sensors")
 NAME = "estimate"
 SOURCE = "estimate:energy-model"
 WINDOW_S = 0.5
+_WARNED: set[str] = set()
+"""Configured coefficients already reported as naming no domain."""
 
 
 class EstimatedPower:
@@ -147,13 +149,18 @@ def discover(
             continue
         models.append(found)
         cpus[entry] = related
-    for entry in list_dir(root / "sys/class/devfreq"):
+    devices = list_dir(root / "sys/class/devfreq")
+    for entry in devices:
         node = devicetree.devfreq_node(root, entry)
         found = devicetree.energy_model(root, entry, node, 1, coefficients.get(entry))
         if isinstance(found, str):
             missing.append(found)
         else:
             models.append(found)
+    known = {entry for entry in list_dir(policies) if entry.startswith("policy")} | set(devices)
+    for name in sorted(set(coefficients) - known - _WARNED):
+        _WARNED.add(name)  # once per name: discovery runs again on every rescan
+        log.warning("[sensors] power_coefficients: no domain %r on this board", name)
     if not models:
         return None, tuple(missing)
     return EstimatedPower(root, tuple(models), cpus, static_w), tuple(missing)

@@ -125,6 +125,19 @@ def test_rk3588_governs_on_the_estimate_within_ten_percent(tmp_path: Path) -> No
     assert meter_only.power_plan.source is None and meter_only.estimator is None
 
 
+def test_a_coefficient_for_no_domain_is_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sim = rk3588(tmp_path)
+    options = PowerOptions(coefficients={"fdab0000.nppu": 3600.0})
+    with caplog.at_level(logging.WARNING, "mcpd.sensors"):
+        SensorSet.discover(sim.root, power=options)
+        SensorSet.discover(sim.root, power=options)
+    assert caplog.messages == [
+        "[sensors] power_coefficients: no domain 'fdab0000.nppu' on this board"
+    ]
+
+
 def test_a_meter_wins_unless_the_estimate_is_forced(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
