@@ -184,3 +184,11 @@ def test_power_settings_reach_the_sensors() -> None:
     text = '[sensors]\npower = "estimate"\nestimate_static_w = 2.5\n'
     config = parse(tomllib.loads(text + 'power_coefficients = {"fdab0000.npu" = 3600.0}\n'))
     assert config.sensors.power_options() == PowerOptions("estimate", 2.5, {"fdab0000.npu": 3600.0})
+
+
+def test_mcpctl_top_marks_an_estimated_power() -> None:
+    from mcpd.ctl.top import render
+    from tests.serving_server import status_document
+
+    frame = render({**status_document(), "power_source": "estimate"}, None, 0)
+    assert "power 7.25 W est.   governor holding" in frame
