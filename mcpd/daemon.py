@@ -11,6 +11,7 @@ tick boundary).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -95,7 +96,7 @@ class Daemon:
         )
         self.daemon_stats = status.DaemonStats(scheduling)
         self.energy = EnergyAccount()
-        self._energy_lock = threading.Lock()
+        self._status_lock = threading.Lock()
         self.services: list[Service] = self._services()
         self._requests_seen: dict[str, int] = {}
         """Requests served per model at the previous live line (once a second)."""
@@ -126,9 +127,12 @@ class Daemon:
     def status(self) -> status.StatusDocument:
         snapshot, stats = self.loop.snapshot, self.model_stats()
         served = {name: Served(s.requests, s.p50_ms) for name, s in stats.items()}
-        with self._energy_lock:  # status is asked for by the telemetry and serving threads
+        threshold = self.loop.settings.params.temp_high_c
+        with self._status_lock:  # status is asked for by the telemetry and serving threads
             self.energy.update(snapshot.energy_j, snapshot.ts, served)
             joules = self.energy.joules_per_inference()
+            forecast = self.loop.forecast.seconds_to(threshold, self.loop.clock())
+        snapshot = dataclasses.replace(snapshot, seconds_to_throttle=forecast)
         return status.document(
             snapshot,
             stats,

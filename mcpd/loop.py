@@ -96,7 +96,9 @@ class ControlLoop:
         self._governable = Governability(self.root)
         self._temp_sample = TemperatureSample((), None)
         self._power_sample = PowerSample((), None, False)
-        self._forecast = ThrottleForecast()
+        self.forecast = ThrottleForecast()
+        """Fed here with every sample; asked for its forecast by the status path, off this
+        thread (the fit costs milliseconds)."""
         self._energy = BoardEnergy()
         self._last_action: LastAction | None = None
         self._state = "starting"
@@ -167,7 +169,7 @@ class ControlLoop:
             self._temp_sample = self.sensors.sample_temperatures()
             if self._temp_sample.celsius is not None:
                 self._ages.temperature = (self._temp_sample.celsius, now)
-                self._forecast.add(now, self._temp_sample.celsius)
+                self.forecast.add(now, self._temp_sample.celsius)
             self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
             sampled = True
         if self.sensors.powers and now >= self._next_power:
@@ -176,7 +178,7 @@ class ControlLoop:
             if self._power_sample.watts is not None:
                 self._ages.power = (self._power_sample.watts, now)
                 self._energy.add(self._power_sample.watts, now, self.settings.stale_s)
-                self._forecast.add_power(now, self._power_sample.watts)
+                self.forecast.add_power(now, self._power_sample.watts)
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
             sampled = True
         if sampled:
@@ -337,6 +339,5 @@ class ControlLoop:
             temp_high_c=s.params.temp_high_c,
             last_action=self._last_action,
             batch=self._batch.sizes,
-            seconds_to_throttle=self._forecast.seconds_to(s.params.temp_high_c, self.clock()),
             energy_j=self._energy.joules,
         )

@@ -27,7 +27,6 @@ def build(
     temp_high_c: float,
     last_action: LastAction | None,
     batch: Mapping[str, int],
-    seconds_to_throttle: float | None = None,
     energy_j: float | None = None,
 ) -> Snapshot:
     return Snapshot(
@@ -59,7 +58,6 @@ def build(
         last_action=last_action,
         batch=dict(batch),
         headroom=headroom(temperature.celsius, temp_high_c),
-        seconds_to_throttle=seconds_to_throttle,
         external_cap_changes=clocks.external_changes,
         policy=policy,
     )

@@ -156,8 +156,9 @@ def means(samples: Sequence[tuple[float, float]], last: float) -> list[float | N
 
 
 class ThrottleForecast:
-    """The governing temperature and power of the last `HISTORY_S`, and the forecast made from
-    them, refreshed at most once a second (the control loop builds a snapshot on every sample)."""
+    """The governing temperature and power of the last `HISTORY_S` (appended by the control loop),
+    and the forecast made from them (asked for by the status path, on its own threads: a few
+    milliseconds of fitting stay off the loop's), refreshed at most once a second."""
 
     def __init__(self) -> None:
         self.temps: list[tuple[float, float]] = []
@@ -184,7 +185,7 @@ class ThrottleForecast:
         return forecast
 
     def _forecast(self, threshold_c: float, now: float) -> float | None:
-        temps = means(self.temps, now)
+        temps = means(list(self.temps), now)  # copies: the loop's thread appends meanwhile
         # The model needs an unbroken run of seconds with a temperature: keep the newest one.
         start = len(temps)
         while start > 0 and temps[start - 1] is not None:
@@ -194,7 +195,7 @@ class ThrottleForecast:
             return seconds_to_threshold(run, None, threshold_c)
         # A second without a power reading holds the one before (a meter's gap, not a change).
         powers: list[float] = []
-        for watts in means(self.powers, now):
+        for watts in means(list(self.powers), now):
             powers.append(watts if watts is not None else powers[-1] if powers else math.nan)
         held = powers[start:]
         if any(math.isnan(w) for w in held):

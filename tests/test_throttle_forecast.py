@@ -4,11 +4,14 @@ simulator's actual time to 85 °C."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from bench.throttle_forecast import run
-from mcpd import status
+from mcpd import config
+from mcpd.daemon import Daemon
+from mcpd.sim import PROFILES, Simulator
 from mcpd.thermal_forecast import (
     MIN_HISTORY_S,
     ThrottleForecast,
@@ -95,23 +98,41 @@ def test_forecast_is_refreshed_once_a_second() -> None:
     assert forecast.seconds_to(75.0, 230.0) == 0.0
 
 
-def test_the_loop_feeds_the_forecast_and_publishes_it(fake: FakeSysfs) -> None:
+def test_the_loop_feeds_the_forecast(fake: FakeSysfs) -> None:
     """The control loop's samples reach the model: on a board whose temperature follows two
     masses under a load step (written second by second, the governor paused so that nothing else
-    moves), the snapshot's forecast matches when that curve reaches 85 °C."""
+    moves), the loop's forecast matches when that curve reaches 85 °C."""
     powers = [2.0] * 30 + [11.5] * 40 + [2.0] * 30 + [11.5] * 200
     temps = two_masses(powers)
     board_with_meter(fake, temps[0], powers[0])
     loop, clock, _ = make_loop(fake.root)
     loop.paused = True
-    for temp, watts in zip(temps[:115], powers[:115], strict=True):
-        set_temp(fake, temp)
-        set_power(fake, watts)
-        run_for(loop, clock, 1.0)
-    actual = actual_crossing(temps[115:], 85.0) + 1.0
-    assert loop.snapshot.seconds_to_throttle == pytest.approx(actual, rel=0.1)
-    document = status.document(loop.snapshot, {}, {}, {}, {})
-    assert document["thermal"]["seconds_to_throttle"] == pytest.approx(actual, rel=0.1)
+    for second in range(115):  # the curve between its seconds, as a sensor sees it
+        set_power(fake, powers[second + 1])
+        for fifth in range(5):
+            set_temp(fake, temps[second] + (temps[second + 1] - temps[second]) * fifth / 5)
+            run_for(loop, clock, 0.2)
+    actual = actual_crossing(temps[115:], 85.0)
+    assert loop.forecast.seconds_to(85.0, clock.now) == pytest.approx(actual, rel=0.1)
+
+
+def test_the_daemons_status_carries_the_forecast(tmp_path: Path) -> None:
+    """The status path asks the loop's forecaster (off the loop's thread) at the threshold in
+    force, and the document carries the answer."""
+    sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
+    sim.build()
+    daemon = Daemon(lambda: config.parse({"daemon": {
+        "sysfs_root": str(sim.root), "state_dir": str(tmp_path / "state"),
+        "runtime_dir": str(tmp_path / "run"), "socket": str(tmp_path / "mcpd.sock")}}))  # fmt: skip
+    asked: list[float] = []
+
+    def seconds_to(threshold_c: float, now: float) -> float:
+        asked.append(threshold_c)
+        return 12.34
+
+    daemon.loop.forecast.seconds_to = seconds_to  # type: ignore[method-assign]
+    assert daemon.status()["thermal"]["seconds_to_throttle"] == 12.3
+    assert asked == [85.0]
 
 
 @pytest.mark.slow
