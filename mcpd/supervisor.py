@@ -61,8 +61,14 @@ STOP_S = 15.0
 """How long a stopping child may finish the requests it has taken before it is killed."""
 CHILD_FDS = (3, 4, 5)
 """Where the child finds the listening socket, its end of the socket pair and the shared block."""
-_PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS",
-                "LISTEN_FDNAMES")  # fmt: skip
+_PRIVATE_ENV = (
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+)
 
 
 def describe_exit(status: int) -> str:
@@ -279,7 +285,7 @@ class ServingSupervisor:
 
     def _send_config(self) -> None:
         if self._channel is not None:
-            config = self.config.model_dump(mode="json")
+            config = dataclasses.asdict(self.config)
             self._channel.send({"kind": "config", "config": config, "slots": self._slots})
 
     def _assign_slots(self, config: Config) -> None:

@@ -8,9 +8,11 @@ most RK3588 boards). Both choices can be overridden by sensor name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from sensors import estimate, hwmon, ina3221, jetson_iio, rapl, thermal
 from sensors.base import (
@@ -122,6 +124,32 @@ def governing_power(readings: Iterable[PowerReading], plan: PowerPlan) -> float 
     return sum(v for v in values.values() if v is not None)
 
 
+Reading = TypeVar("Reading", TemperatureReading, PowerReading)
+
+
+class _LastReadings(Generic[Reading]):
+    """The newest reading of each sensor of a list: the governing ones read at every sample, the
+    others (only reported) at most every `others_every_s`, their last reading kept in between."""
+
+    def __init__(self, count: int, governing: Sequence[int], others_every_s: float) -> None:
+        self._last: list[Reading] = []
+        self._count = count
+        self._governing = governing
+        self._others_every_s = others_every_s
+        self._others_due = -math.inf
+
+    def refresh(self, read: Callable[[int], Reading], now: float | None) -> tuple[Reading, ...]:
+        every = self._others_every_s <= 0 or now is None or now >= self._others_due
+        if every or not self._last:
+            self._last = [read(index) for index in range(self._count)]
+            if now is not None:
+                self._others_due = now + self._others_every_s
+        else:
+            for index in self._governing:
+                self._last[index] = read(index)
+        return tuple(self._last)
+
+
 class SensorSet:
     """All temperature and power sensors of one board, found from a sysfs root."""
 
@@ -133,7 +161,11 @@ class SensorSet:
         governing_powers: Sequence[str] = (),
         estimator: estimate.EstimatedPower | None = None,
         power_mode: str = "auto",
+        *,
+        others_every_s: float = 0.0,
     ) -> None:
+        """`others_every_s`: how often the loop reads the sensors that do not govern (reported in
+        the status only); 0 reads every sensor at every sample."""
         self.temperatures = temperatures
         self.powers: list[PowerSensor] = [*powers, *([estimator] if estimator else [])]
         self.estimator = estimator
@@ -155,6 +187,14 @@ class SensorSet:
             self.power_plan = PowerPlan(
                 (estimate.NAME,), True, f"estimate from the device tree's Energy Model ({why})"
             )
+        governing = [i for i, s in enumerate(temperatures) if s.name in self.governing_names]
+        self._temperatures = _LastReadings[TemperatureReading](
+            len(temperatures), governing, others_every_s
+        )
+        # The estimator learns from the meter on every sample: both are read every time.
+        fresh = {*self.power_plan.names, *self.meter_plan.names}
+        metered = [i for i, s in enumerate(self.powers) if s.name in fresh]
+        self._powers = _LastReadings[PowerReading](len(self.powers), metered, others_every_s)
 
     @classmethod
     def discover(
@@ -163,6 +203,8 @@ class SensorSet:
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
         power: PowerOptions = AUTO_POWER,
+        *,
+        others_every_s: float = 0.0,
     ) -> SensorSet:
         root = Path(root)
         zones = thermal.discover(root)
@@ -184,15 +226,30 @@ class SensorSet:
             if estimator is None and power.mode == "estimate":
                 log.error('[sensors] power = "estimate", but no domain can be estimated')
         return cls(
-            temperatures, powers, governing_temperatures, governing_powers, estimator, power.mode
+            temperatures,
+            powers,
+            governing_temperatures,
+            governing_powers,
+            estimator,
+            power.mode,
+            others_every_s=others_every_s,
         )
 
-    def sample_temperatures(self) -> TemperatureSample:
-        readings = tuple(sensor.sample() for sensor in self.temperatures)
+    def sample_temperatures(self, now: float | None = None) -> TemperatureSample:
+        """Every sensor's reading (those that do not govern as of their last read, see
+        `others_every_s`; all of them read afresh when `now` is None)."""
+        sensors = self.temperatures
+        readings = self._temperatures.refresh(lambda i: sensors[i].sample(), now)
         return TemperatureSample(readings, governing_temperature(readings, self.governing_names))
 
     def sample_powers(self, now: float) -> PowerSample:
-        readings = tuple(PowerReading(s.name, s.source, s.read(now)) for s in self.powers)
+        sensors = self.powers
+
+        def read(index: int) -> PowerReading:
+            sensor = sensors[index]
+            return PowerReading(sensor.name, sensor.source, sensor.read(now))
+
+        readings = self._powers.refresh(read, now)
         watts = governing_power(readings, self.power_plan)
         if self.estimator is not None and self.meter_plan.metered:
             meter_w = governing_power(readings, self.meter_plan)
