@@ -8,7 +8,7 @@ snapped; no governor, so nothing changes the curve but the physics), at ambient 
 From the board at rest: 90 s of full load, 120 s idle (history the model is fitted on: it
 forecasts nothing before it has seen the board respond to a change), then full load again until
 the board passes 85 °C. The governing temperature and power are read through mcpd's
-own sensors every 0.2 s of simulated time and fed to mcpd.thermal_forecast.ThrottleForecast, as
+own sensors every 0.2 s of simulated time and fed to mcpd.governor.thermal_forecast.ThrottleForecast, as
 the control loop does. Every second of the second load until the board passes 85 °C, the forecast
 is compared with what then happened: error = |forecast − actual| / actual, over the moments where the actual time left
 is more than 10 s (the goal: ≤ 20 %); a missing forecast (None) there counts as a miss. Runs
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.quality import POWER_COEFFICIENTS
 from mcpd import domains
+from mcpd.governor.thermal_forecast import ThrottleForecast
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
-from mcpd.thermal_forecast import ThrottleForecast
 from sensors import SensorSet
 from sensors.discovery import PowerOptions
 

@@ -17,7 +17,7 @@ from typing import TypedDict
 
 from mcpd import __version__
 from mcpd.percentiles import DurationSummary
-from mcpd.state import ModelStats, Snapshot
+from mcpd.snapshot import ModelStats, Snapshot
 from sensors.sysfs import read_text
 
 
@@ -34,7 +34,7 @@ class DomainDoc(TypedDict):
 class ThermalDoc(TypedDict):
     headroom: float | None
     seconds_to_throttle: float | None
-    """Forecast (mcpd/thermal_forecast.py); None while cooling or not heading for the threshold."""
+    """Forecast (mcpd/governor/thermal_forecast.py); None while cooling or not heading for the threshold."""
 
 
 class LastActionDoc(TypedDict):
@@ -61,7 +61,7 @@ class ModelDoc(TypedDict):
     optimized: object
     """What `mcpd optimize` measured for the file that serves, or None."""
     joules_per_inference: float | None
-    """Board energy charged to one inference (mcpd/energy.py); estimated with the power."""
+    """Board energy charged to one inference (mcpd/governor/energy.py); estimated with the power."""
 
 
 class DaemonDoc(TypedDict):
@@ -123,7 +123,7 @@ class DaemonStats:
 
     def __init__(self, scheduling: str = "normal") -> None:
         self.scheduling = scheduling
-        """How the governor is scheduled (mcpd.realtime)."""
+        """How the governor is scheduled (mcpd.governor.realtime)."""
         self._started = time.monotonic()
         self._at, self._cpu_s = self._started, _cpu_s()
 
@@ -212,7 +212,7 @@ def inference(
     models: Mapping[str, ModelStats], joules: Mapping[str, float | None] | None = None
 ) -> dict[str, ModelDoc]:
     """The document's `inference` part: the governor fills it from the serving process's last
-    report and its energy account (mcpd/energy.py), the serving process from its own live
+    report and its energy account (mcpd/governor/energy.py), the serving process from its own live
     counters and the governor's energy figures."""
     return {
         name: {

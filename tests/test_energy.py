@@ -11,8 +11,8 @@ import pytest
 
 from mcpd import status
 from mcpd.ctl import main
-from mcpd.energy import IDLE_S, WINDOW_S, EnergyAccount, Served
-from mcpd.state import ModelStats
+from mcpd.governor.energy import IDLE_S, WINDOW_S, EnergyAccount, Served
+from mcpd.snapshot import ModelStats
 from tests.fakesys import FakeSysfs
 from tests.serving_models import scale
 from tests.serving_server import Served as Server

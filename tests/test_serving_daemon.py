@@ -57,7 +57,7 @@ def test_daemon_serves_the_demo_model_on_a_simulated_board(tmp_path: Path) -> No
         assert 1 <= doc["batch"]["demo"] <= 4
         assert doc["inference"]["demo"]["ready"] is True
         assert doc["inference"]["demo"]["requests"] >= 1
-        # The board's energy is charged to the inferences run while it was spent (mcpd/energy.py):
+        # The board's energy is charged to the inferences run while it was spent (mcpd/governor/energy.py):
         # with requests arriving, the figure appears within a few reports of the serving process.
         joules = None
         with Client(str(sock)) as client:

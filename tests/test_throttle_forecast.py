@@ -10,15 +10,15 @@ import pytest
 
 from bench.throttle_forecast import run
 from mcpd import config
-from mcpd.daemon import Daemon
-from mcpd.sim import PROFILES, Simulator
-from mcpd.thermal_forecast import (
+from mcpd.governor.daemon import Daemon
+from mcpd.governor.thermal_forecast import (
     MIN_HISTORY_S,
     ThrottleForecast,
     leakage,
     seconds_to_threshold,
     stable,
 )
+from mcpd.sim import PROFILES, Simulator
 from tests.fakesys import FakeSysfs
 from tests.test_loop import board_with_meter, make_loop, run_for, set_power, set_temp
 

@@ -1,5 +1,5 @@
 """`mcpctl models`: every configured model, its state, its tensors and the board energy per
-inference attributed to it (mcpd/energy.py)."""
+inference attributed to it (mcpd/governor/energy.py)."""
 
 from __future__ import annotations
 

@@ -54,11 +54,11 @@ class Snapshot:
     batch: Mapping[str, int]
     """Current batch size per model, set by the governor."""
     headroom: float | None = None
-    """1.0 at the throttle threshold, 0.0 thirty degrees below (mcpd/thermal_forecast.py)."""
+    """1.0 at the throttle threshold, 0.0 thirty degrees below (mcpd/governor/thermal_forecast.py)."""
     seconds_to_throttle: float | None = None
     """Forecast time until the governing temperature reaches the threshold; None when cooling or
-    not heading there (mcpd/thermal_forecast.py). Filled in when the status document is made,
-    off the control loop's thread."""
+    not heading there (mcpd/governor/thermal_forecast.py). Filled in when the status document is
+    made, off the control loop's thread."""
     external_cap_changes: int = 0
     """Caps found changed by another program since start (mcpd followed them)."""
     policy: str = "hysteresis"
