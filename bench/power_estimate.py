@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.quality import POWER_COEFFICIENTS
-from mcpd import domains
+from mcpd.governor import domains
 from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
 from sensors import SensorSet
 from sensors.discovery import PowerOptions

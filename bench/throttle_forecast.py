@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.quality import POWER_COEFFICIENTS
-from mcpd import domains
+from mcpd.governor import domains
 from mcpd.governor.thermal_forecast import ThrottleForecast
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
