@@ -147,7 +147,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if not Path(root).is_dir():
         print(f"mcpd probe: sysfs root {root}: no such directory", file=sys.stderr)
         return 1
-    result = probe(root, cfg.sensors.governing_temperatures, cfg.sensors.governing_powers)
+    s = cfg.sensors
+    result = probe(root, s.governing_temperatures, s.governing_powers, power=s.power_options())
     result.update(_execution_providers(result["platform"]))
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

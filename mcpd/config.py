@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from governors.params import PARAMETER_NAMES, GovernorParams
 from mcpd.schema import Check, Invalid, build, key_path
+from sensors.discovery import PowerOptions
 from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
@@ -75,6 +76,14 @@ class SamplingSection:
 class SensorsSection:
     governing_temperatures: tuple[str, ...] = ()
     governing_powers: tuple[str, ...] = ()
+    power: Literal["auto", "meter", "estimate"] = "auto"
+    estimate_static_w: Watts = 4.0
+    power_coefficients: dict[Name, Annotated[float, Check(gt=0, le=1_000_000)]] = field(
+        default_factory=dict
+    )
+
+    def power_options(self) -> PowerOptions:
+        return PowerOptions(self.power, self.estimate_static_w, dict(self.power_coefficients))
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,17 @@ class Snapshot:
     """Current batch size per model, set by the governor."""
     headroom: float | None = None
     """1.0 at the throttle threshold, 0.0 thirty degrees below (mcpd/governor/thermal_forecast.py)."""
+    seconds_to_throttle: float | None = None
+    """Forecast time until the governing temperature reaches the threshold; None when cooling or
+    not heading there (mcpd/governor/thermal_forecast.py). Filled in when the status document is
+    made, off the control loop's thread."""
     external_cap_changes: int = 0
     """Caps found changed by another program since start (mcpd followed them)."""
     policy: str = "hysteresis"
+    power_source: str | None = None
+    energy_j: float | None = None
+    """Board energy since the loop started (the governing power integrated); None without power."""
+    """"meter", "estimate" (sensors/estimate.py) or None (no power known)."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ class DomainDoc(TypedDict):
 
 class ThermalDoc(TypedDict):
     headroom: float | None
+    seconds_to_throttle: float | None
+    """Forecast (mcpd/governor/thermal_forecast.py); None while cooling or not heading for the threshold."""
 
 
 class LastActionDoc(TypedDict):
@@ -61,6 +63,8 @@ class ModelDoc(TypedDict):
     backend without providers or a model not loaded."""
     optimized: object
     """What `mcpd optimize` measured for the file that serves, or None."""
+    joules_per_inference: float | None
+    """Board energy charged to one inference (mcpd/governor/energy.py); estimated with the power."""
 
 
 class DaemonDoc(TypedDict):
@@ -101,6 +105,8 @@ class StatusDocument(TypedDict):
     temperature_c: float | None
     power_w: float | None
     power_estimated: bool
+    power_source: str | None
+    """"meter", "estimate" (sensors/estimate.py) or None (no power known)."""
     temperatures: dict[str, float | None]
     powers: dict[str, float | None]
     domains: dict[str, DomainDoc]
@@ -165,6 +171,7 @@ def document(
     daemon: DaemonDoc,
     loop: LoopDoc,
     serving: ServingDoc,
+    joules: Mapping[str, float | None] | None = None,
 ) -> StatusDocument:
     last = snapshot.last_action
     return {
@@ -174,6 +181,7 @@ def document(
         "temperature_c": _round(snapshot.temperature_c, 2),
         "power_w": _round(snapshot.power_w, 3),
         "power_estimated": snapshot.power_estimated,
+        "power_source": snapshot.power_source,
         "temperatures": {name: _round(c, 2) for name, c in snapshot.temperatures.items()},
         "powers": {name: _round(w, 3) for name, w in snapshot.powers.items()},
         "domains": {
@@ -187,7 +195,10 @@ def document(
             }
             for d in snapshot.domains
         },
-        "thermal": {"headroom": _round(snapshot.headroom, 3)},
+        "thermal": {
+            "headroom": _round(snapshot.headroom, 3),
+            "seconds_to_throttle": _round(snapshot.seconds_to_throttle, 1),
+        },
         "governor": {
             "state": snapshot.state,
             "policy": snapshot.policy,
@@ -198,16 +209,19 @@ def document(
             else {"action": last.action, "reason": last.reason, "ts": round(last.ts, 3)},
         },
         "batch": dict(snapshot.batch),
-        "inference": inference(models),
+        "inference": inference(models, joules),
         "daemon": daemon,
         "serving": serving,
         "loop": loop,
     }
 
 
-def inference(models: Mapping[str, ModelStats]) -> dict[str, ModelDoc]:
+def inference(
+    models: Mapping[str, ModelStats], joules: Mapping[str, float | None] | None = None
+) -> dict[str, ModelDoc]:
     """The document's `inference` part: the governor fills it from the serving process's last
-    report, the serving process from its own live counters."""
+    report and its energy account (mcpd/governor/energy.py), the serving process from its own live
+    counters and the governor's energy figures."""
     return {
         name: {
             "ready": stats.ready,
@@ -220,6 +234,8 @@ def inference(models: Mapping[str, ModelStats]) -> dict[str, ModelDoc]:
             "provider": _provider(stats),
             # precision, speedup, cosine_min, top1_agreement of what serves (`optimize`)
             "optimized": stats.detail.get("optimized"),
+            # board energy attributed to this model's inferences (estimated with the power)
+            "joules_per_inference": _round((joules or {}).get(name), 4),
         }
         for name, stats in models.items()
     }
@@ -232,6 +248,8 @@ def line(snapshot: Snapshot) -> str:
         power = "no meter"
     else:
         power = "power n/a" if snapshot.power_w is None else f"{snapshot.power_w:.2f} W"
+        if snapshot.power_source == "estimate":
+            power += " est."
     caps = " ".join(
         f"{d.name} {d.cap_mhz:.0f}" if d.cap_mhz is not None else f"{d.name} n/a"
         for d in snapshot.domains

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from sensors import hwmon, ina3221, jetson_iio, rapl, thermal
+from sensors import estimate, hwmon, ina3221, jetson_iio, rapl, thermal
 from sensors.base import (
     INPUT_RAILS,
     PowerReading,
@@ -53,6 +53,29 @@ class PowerPlan:
     @property
     def metered(self) -> bool:
         return bool(self.names)
+
+    @property
+    def source(self) -> str | None:
+        """ "meter", "estimate" (the Energy Model estimator) or None (no power at all)."""
+        if not self.names:
+            return None
+        return "estimate" if self.names == (estimate.NAME,) else "meter"
+
+
+@dataclass(frozen=True)
+class PowerOptions:
+    """`[sensors] power`: "auto" (a meter where the board has one, else the estimator), "meter"
+    (never estimate) or "estimate" (the estimator even beside a meter, to compare the two; it
+    learns its static term from that meter)."""
+
+    mode: str = "auto"
+    static_w: float = 4.0
+    """The estimator's static term until a meter teaches it better (`estimate_static_w`)."""
+    coefficients: Mapping[str, float] = field(default_factory=dict)
+    """Domain -> µW/MHz/V², for device-tree nodes without `dynamic-power-coefficient`."""
+
+
+AUTO_POWER = PowerOptions()
 
 
 NO_METER = PowerPlan((), False, "no power meter found on this board")
@@ -136,13 +159,16 @@ class SensorSet:
         powers: list[PowerSensor],
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
+        estimator: estimate.EstimatedPower | None = None,
+        power_mode: str = "auto",
         *,
         others_every_s: float = 0.0,
     ) -> None:
         """`others_every_s`: how often the loop reads the sensors that do not govern (reported in
         the status only); 0 reads every sensor at every sample."""
         self.temperatures = temperatures
-        self.powers = powers
+        self.powers: list[PowerSensor] = [*powers, *([estimator] if estimator else [])]
+        self.estimator = estimator
         if governing_temperatures:
             known = {s.name for s in temperatures}
             missing = [n for n in governing_temperatures if n not in known]
@@ -153,13 +179,22 @@ class SensorSet:
             self.governing_names = frozenset(governing_temperatures) & known
         else:
             self.governing_names = frozenset(s.name for s in temperatures if s.governs)
-        self.power_plan = plan_power(powers, governing_powers)
+        self.meter_plan = plan_power(powers, governing_powers)
+        """What the meters alone give: the governing power unless the estimator stands in."""
+        self.power_plan = self.meter_plan
+        if estimator is not None and (power_mode == "estimate" or not self.meter_plan.metered):
+            why = "forced by [sensors] power" if self.meter_plan.metered else "no power meter"
+            self.power_plan = PowerPlan(
+                (estimate.NAME,), True, f"estimate from the device tree's Energy Model ({why})"
+            )
         governing = [i for i, s in enumerate(temperatures) if s.name in self.governing_names]
         self._temperatures = _LastReadings[TemperatureReading](
             len(temperatures), governing, others_every_s
         )
-        metered = [i for i, s in enumerate(powers) if s.name in self.power_plan.names]
-        self._powers = _LastReadings[PowerReading](len(powers), metered, others_every_s)
+        # The estimator learns from the meter on every sample: both are read every time.
+        fresh = {*self.power_plan.names, *self.meter_plan.names}
+        metered = [i for i, s in enumerate(self.powers) if s.name in fresh]
+        self._powers = _LastReadings[PowerReading](len(self.powers), metered, others_every_s)
 
     @classmethod
     def discover(
@@ -167,6 +202,7 @@ class SensorSet:
         root: str | Path,
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
+        power: PowerOptions = AUTO_POWER,
         *,
         others_every_s: float = 0.0,
     ) -> SensorSet:
@@ -180,11 +216,22 @@ class SensorSet:
             *rapl.discover(root),
             *hwmon.discover_powers(root),
         ]
+        estimator = None
+        if power.mode == "estimate" or (
+            power.mode == "auto" and not plan_power(powers, governing_powers).metered
+        ):
+            estimator, missing = estimate.discover(root, power.static_w, power.coefficients)
+            for why in missing:
+                log.debug("power estimate: %s", why)
+            if estimator is None and power.mode == "estimate":
+                log.error('[sensors] power = "estimate", but no domain can be estimated')
         return cls(
             temperatures,
             powers,
             governing_temperatures,
             governing_powers,
+            estimator,
+            power.mode,
             others_every_s=others_every_s,
         )
 
@@ -204,6 +251,10 @@ class SensorSet:
 
         readings = self._powers.refresh(read, now)
         watts = governing_power(readings, self.power_plan)
+        if self.estimator is not None and self.meter_plan.metered:
+            meter_w = governing_power(readings, self.meter_plan)
+            if meter_w is not None:
+                self.estimator.learn(meter_w)
         return PowerSample(readings, watts, self.power_plan.estimated)
 
     @property

@@ -29,6 +29,7 @@ def status_document() -> StatusDocument:
         "temperature_c": 61.5,
         "power_w": 7.25,
         "power_estimated": False,
+        "power_source": "meter",
         "temperatures": {"cpu-thermal": 61.5},
         "powers": {"VDD_IN": 7.25},
         "domains": {
@@ -41,7 +42,7 @@ def status_document() -> StatusDocument:
                 "max_mhz": 1510.4,
             },
         },
-        "thermal": {"headroom": 0.65},
+        "thermal": {"headroom": 0.65, "seconds_to_throttle": None},
         "governor": {
             "state": "holding",
             "policy": "hysteresis",

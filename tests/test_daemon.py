@@ -119,7 +119,7 @@ def test_ready_status_watchdog_throttle_and_clean_stop(
     d.receive(lambda m: m == "WATCHDOG=1")
     d.wait_for(lambda: d.cap(POLICY4) < 2400000)  # the simulated board passed 85 °C
     status = d.receive(lambda m: m.startswith("STATUS=") and ("lowering" in m or "holding" in m))
-    assert "°C" in status and "no meter" in status
+    assert "°C" in status and "W est." in status  # RK3588: no meter, the estimate governs
     assert (tmp_path / "state/baseline.json").exists()
     d.process.send_signal(signal.SIGTERM)
     assert d.process.wait(timeout=15) == 0
@@ -167,11 +167,13 @@ def test_sighup_applies_a_good_config_and_rejects_a_bad_one(
     d = daemon(state)
     d.receive(lambda m: m.startswith("READY=1"))
     d.wait_for(lambda: d.cap(POLICY4) < 2400000)
-    d.config.write_text(state + "[governor]\ntemp_high_c = 110.0\ntemp_low_c = 100.0\n")
+    # Cool by temperature and by power (the simulated RK3588 governs on its power estimate too).
+    cool = "temp_high_c = 110.0\ntemp_low_c = 100.0\npower_high_w = 40.0\npower_low_w = 30.0\n"
+    d.config.write_text(state + "[governor]\n" + cool)
     d.process.send_signal(signal.SIGHUP)
     d.receive(lambda m: m.startswith("RELOADING=1"))
     d.receive(lambda m: m.startswith("READY=1"))
-    d.wait_for(lambda: d.cap(POLICY4) == 2400000)  # every temperature is now "cool": raised back
+    d.wait_for(lambda: d.cap(POLICY4) == 2400000)  # everything is now "cool": raised back
     d.config.write_text(state + "[governor]\ntemp_high_c = 'hot'\n")
     d.process.send_signal(signal.SIGHUP)
     d.receive(lambda m: m.startswith("RELOADING=1"))

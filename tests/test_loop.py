@@ -480,7 +480,9 @@ def test_closed_loop_throttles_at_85_and_recovers_below_75(tmp_path: Path) -> No
         run_for(loop, clock, 1.0, sim)
         trace.append((loop.snapshot.temperature_c or 0.0, sim.caps_khz[1]))
     hot = [t for t, _ in trace[:24]]
-    assert 84.0 < max(hot) < 88.0, max(hot)
+    assert 82.0 < max(hot) < 88.0, max(hot)  # sampled once a second: the peak falls between
+    lowered = [e for e in events if e.kind == "governor" and e.data["action"] == "lower"]
+    assert 85.0 <= lowered[0].data["temperature_c"] < 86.0
     assert min(c for _, c in trace[:24]) < 2400000  # throttled during the burst
     assert trace[-1][1] == 2400000 and trace[-1][0] <= 75.0  # back to full clocks once cool
     actions = [e.data["action"] for e in events if e.kind == "governor"]

@@ -180,6 +180,13 @@ def test_a_board_without_a_power_meter_gets_no_power_sensor() -> None:
     assert not any("power" in topic for topic in configs)
 
 
+def test_an_estimated_power_is_named_so() -> None:
+    estimated = document(power_w=9.5, powers={"estimate": 9.5}, domains={}, power_source="estimate")
+    configs = homeassistant.configs(estimated, Topics("mcpd", "rk"), "homeassistant", 1.0)
+    power = next(config for topic, config in configs.items() if "power" in topic)
+    assert json.loads(power)["name"] == "Power (estimated)"
+
+
 @pytest.mark.parametrize("period_s", [0.2, 1.0, 30.0])
 def test_sensors_expire_after_three_missed_periods(period_s: float) -> None:
     configs = homeassistant.configs(FakeBoard()(), Topics("mcpd", "b"), "homeassistant", period_s)

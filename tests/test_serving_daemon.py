@@ -57,6 +57,17 @@ def test_daemon_serves_the_demo_model_on_a_simulated_board(tmp_path: Path) -> No
         assert 1 <= doc["batch"]["demo"] <= 4
         assert doc["inference"]["demo"]["ready"] is True
         assert doc["inference"]["demo"]["requests"] >= 1
+        # The board's energy is charged to the inferences run while it was spent (mcpd/governor/energy.py):
+        # with requests arriving, the figure appears within a few reports of the serving process.
+        joules = None
+        with Client(str(sock)) as client:
+            while joules is None:
+                client.infer("demo", {"image": np.zeros((1, 3, 64, 64), np.float32)})
+                joules = client.status()["inference"]["demo"]["joules_per_inference"]
+                assert time.monotonic() < deadline + 30, log.read_text()
+                time.sleep(0.05)
+        board_w = doc["power_w"]
+        assert 0 < joules < board_w * 2  # at least a few inferences a second
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0, log.read_text()

@@ -14,6 +14,7 @@ from mcpd.sim import PROFILES, STATE_FILE, Ambient, Fault, LoadSchedule, Simulat
 from mcpd.sim.faults import parse as parse_fault
 from mcpd.sim.runner import ConversionWindow
 from sensors import SensorSet
+from sensors.discovery import PowerOptions
 
 
 def simulate(tmp_path: Path, profile: str, load: str = "sustained", **kwargs: object) -> Simulator:
@@ -101,8 +102,11 @@ def test_rapl_counters_track_plant_power_through_the_wrap(tmp_path: Path) -> Non
 
 def test_no_power_meter_on_rk3588(tmp_path: Path) -> None:
     simulator = simulate(tmp_path, "rk3588")
-    sensors = SensorSet.discover(simulator.root)
+    sensors = SensorSet.discover(simulator.root, power=PowerOptions("meter"))
     assert sensors.powers == [] and not sensors.power_plan.metered
+    estimated = SensorSet.discover(simulator.root)
+    assert [s.name for s in estimated.powers] == ["estimate"]
+    assert estimated.power_plan.source == "estimate"
 
 
 def test_fault_vanish_then_back(tmp_path: Path) -> None:
@@ -186,7 +190,9 @@ def test_load_schedules() -> None:
     step = LoadSchedule.parse("step:300")
     assert step.utils(299.9)["gpu"] == 0.5 and step.utils(300.0)["gpu"] == 1.0
     for bad in ("busy", "bursts:0/1", "bursts:a/b", "idle:3", "step", "step:-1", "step:x"):
-        with pytest.raises(ValueError, match=r"expected idle, sustained, bursts.* or step:AT"):
+        with pytest.raises(
+            ValueError, match=r"expected idle, sustained, bursts.*, step:AT or level:U"
+        ):
             LoadSchedule.parse(bad)
 
 

@@ -60,14 +60,16 @@ def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> No
     document = status.document(
         snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, *OTHER_PARTS
     )
-    assert document["thermal"] == {"headroom": 0.8}
+    assert document["thermal"] == {"headroom": 0.8, "seconds_to_throttle": None}
     governor = document["governor"]
     assert (governor["policy"], governor["external_cap_changes"]) == ("adaptive", 2)
     lines = metrics.render(document, {}).splitlines()
     assert "mcpd_thermal_headroom 0.8" in lines
     assert "mcpd_external_cap_changes_total 2.0" in lines
     unknown = status.document(snapshot(temperature_c=None), {}, *OTHER_PARTS)
-    assert unknown["thermal"] == {"headroom": None}
+    assert unknown["thermal"] == {"headroom": None, "seconds_to_throttle": None}
+    heading = status.document(snapshot(seconds_to_throttle=12.345), {}, *OTHER_PARTS)
+    assert heading["thermal"]["seconds_to_throttle"] == 12.3
     assert not [x for x in metrics.render(unknown, {}).splitlines() if "headroom" in x]
 
 

@@ -1,4 +1,5 @@
-"""`mcpctl models`: every configured model, its state and its tensors."""
+"""`mcpctl models`: every configured model, its state, its tensors and the board energy per
+inference attributed to it (mcpd/governor/energy.py)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,13 @@ def run(args: argparse.Namespace, client: Client) -> int:
             except ServerError as exc:  # unloaded between the two calls
                 row["reason"] = exc.message
         rows.append(row)
-    inference = client.status().get("inference", {})
+    document = client.status()
+    inference = document.get("inference", {})
+    estimated = document.get("power_source") == "estimate"
     for row in rows:
         row["optimized"] = inference.get(row["name"], {}).get("optimized")
+        row["joules_per_inference"] = inference.get(row["name"], {}).get("joules_per_inference")
+        row["power_estimated"] = estimated
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -55,6 +60,9 @@ def run(args: argparse.Namespace, client: Client) -> int:
             print(f"  outputs  {_tensors(meta['outputs'])}")
         if row["optimized"]:
             print(f"  serving  {_optimized(row['optimized'])}")
+        if row["joules_per_inference"] is not None:
+            note = " (power estimated)" if estimated else ""
+            print(f"  energy   {row['joules_per_inference']:.4g} J per inference{note}")
     return 0
 
 

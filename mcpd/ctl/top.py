@@ -27,6 +27,8 @@ def render(doc: Mapping[str, Any], previous: Mapping[str, Any] | None, seconds: 
     """One frame; requests/s come from the counters' change since `previous`."""
     governor = doc.get("governor") or {}
     power = "no meter" if doc.get("power_w") is None else number(doc.get("power_w"), " W", 2)
+    if doc.get("power_w") is not None and doc.get("power_source") == "estimate":
+        power += " est."
     lines = [
         f"mcpd on {doc.get('platform')}  {doc.get('model') or ''}".rstrip(),
         f"temp {number(doc.get('temperature_c'), ' °C')}   power {power}   "

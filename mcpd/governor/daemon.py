@@ -27,6 +27,7 @@ from mcpd import config, status
 from mcpd.events import Event, EventBus
 from mcpd.governor import board, domains, reloading
 from mcpd.governor.baseline import Baseline, baseline_folders
+from mcpd.governor.energy import EnergyAccount, Served
 from mcpd.governor.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
@@ -96,6 +97,8 @@ class Daemon:
             on_status=self._on_status,
         )
         self.daemon_stats = status.DaemonStats(scheduling)
+        self.energy = EnergyAccount()
+        self._status_lock = threading.Lock()
         self.services: list[Service] = self._services()
         self._requests_seen: dict[str, int] = {}
         """Requests served per model at the previous live line (once a second)."""
@@ -125,12 +128,21 @@ class Daemon:
         return stats
 
     def status(self) -> status.StatusDocument:
+        snapshot, stats = self.loop.snapshot, self.model_stats()
+        served = {name: Served(s.requests, s.p50_ms) for name, s in stats.items()}
+        threshold = self.loop.settings.params.temp_high_c
+        with self._status_lock:  # status is asked for by the telemetry and serving threads
+            self.energy.update(snapshot.energy_j, snapshot.ts, served)
+            joules = self.energy.joules_per_inference()
+            forecast = self.loop.forecast.seconds_to(threshold, self.loop.clock())
+        snapshot = dataclasses.replace(snapshot, seconds_to_throttle=forecast)
         return status.document(
-            self.loop.snapshot,
-            self.model_stats(),
+            snapshot,
+            stats,
             self.daemon_stats(),
             self.loop.timing.summary(),
             self.serving.info(),
+            joules,
         )
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:

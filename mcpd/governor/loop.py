@@ -26,11 +26,13 @@ from mcpd.governor.actuation import Actuators, CapChange
 from mcpd.governor.baseline import Baseline
 from mcpd.governor.board import Board
 from mcpd.governor.decisions import BatchSizes, PolicyDriver
+from mcpd.governor.energy import BoardEnergy
 from mcpd.governor.freshness import Freshness
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
 from mcpd.governor.readback import Readback
 from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
+from mcpd.governor.thermal_forecast import ThrottleForecast
 from mcpd.governor.timing import LoopTiming, next_deadline
 from mcpd.snapshot import LastAction, Snapshot
 from sensors import PowerSample, SensorSet, TemperatureSample
@@ -97,6 +99,10 @@ class ControlLoop:
         self._governable = Governability(self.root)
         self._temp_sample = TemperatureSample((), None)
         self._power_sample = PowerSample((), None, False)
+        self.forecast = ThrottleForecast()
+        """Fed here with every sample; asked for its forecast by the status path, off this
+        thread (the fit costs milliseconds)."""
+        self._energy = BoardEnergy()
         self._last_action: LastAction | None = None
         self._state = "starting"
         self._floor = competitors.FloorLimits(events)
@@ -127,6 +133,7 @@ class ControlLoop:
             temp_high_c=s.params.temp_high_c,
             last_action=self._last_action,
             batch=self._batch.sizes,
+            energy_j=self._energy.joules,
         )
 
     def batch_size(self, model: str) -> int:
@@ -188,6 +195,7 @@ class ControlLoop:
             self._temp_sample = self.sensors.sample_temperatures(now)
             if self._temp_sample.celsius is not None:
                 self._ages.temperature = (self._temp_sample.celsius, now)
+                self.forecast.add(now, self._temp_sample.celsius)
             self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
             sampled = True
         if self.sensors.powers and now >= self._next_power:
@@ -195,6 +203,8 @@ class ControlLoop:
             self._power_sample = self.sensors.sample_powers(now)
             if self._power_sample.watts is not None:
                 self._ages.power = (self._power_sample.watts, now)
+                self._energy.add(self._power_sample.watts, now, self.settings.stale_s)
+                self.forecast.add_power(now, self._power_sample.watts)
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
             sampled = True
         if sampled:
@@ -272,6 +282,7 @@ class ControlLoop:
             self.root,
             s.governing_temperatures,
             s.governing_powers,
+            s.power,
             others_every_s=HOUSEKEEPING_S,
         )
 
@@ -317,9 +328,10 @@ class ControlLoop:
     def _apply_settings(self, settings: LoopSettings, now: float) -> None:
         self._pending = None
         old, self.settings = self.settings, settings
-        if (old.governing_temperatures, old.governing_powers) != (
+        if (old.governing_temperatures, old.governing_powers, old.power) != (
             settings.governing_temperatures,
             settings.governing_powers,
+            settings.power,
         ):
             self.sensors = self._discover_sensors()
         self._sync_domains()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from governors import AdaptivePolicy, GovernorParams, HysteresisGovernor
 from mcpd.config import Config, DomainSection
+from sensors.discovery import PowerOptions
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class LoopSettings:
     """Model name -> max_batch."""
     governing_temperatures: tuple[str, ...] = ()
     governing_powers: tuple[str, ...] = ()
+    power: PowerOptions = field(default_factory=PowerOptions)
+    """`[sensors] power`: meter, estimate or either (sensors/estimate.py)."""
     rescan_s: float = 10.0
     """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
     profile: str = "default"
@@ -49,5 +52,6 @@ class LoopSettings:
             models={model.name: model.max_batch for model in config.models},
             governing_temperatures=config.sensors.governing_temperatures,
             governing_powers=config.sensors.governing_powers,
+            power=config.sensors.power_options(),
             profile=profile,
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 from mcpd.governor import board, domains
 from sensors import SensorSet
+from sensors.discovery import AUTO_POWER, PowerOptions
 
 SAMPLE_GAP_S = 0.1
 """Counter-based power (RAPL) needs two samples."""
@@ -27,9 +28,10 @@ def probe(
     governing_powers: Sequence[str] = (),
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    power: PowerOptions = AUTO_POWER,
 ) -> dict[str, Any]:
     detected = board.detect(root)
-    sensors = SensorSet.discover(root, governing_temperatures, governing_powers)
+    sensors = SensorSet.discover(root, governing_temperatures, governing_powers, power)
     found = domains.discover(root)
     sensors.sample_powers(clock())
     sleep(SAMPLE_GAP_S)

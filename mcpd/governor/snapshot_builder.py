@@ -27,6 +27,7 @@ def build(
     temp_high_c: float,
     last_action: LastAction | None,
     batch: Mapping[str, int],
+    energy_j: float | None = None,
 ) -> Snapshot:
     return Snapshot(
         ts=ts,
@@ -36,6 +37,8 @@ def build(
         power_w=power.watts,
         power_estimated=sensors.power_plan.estimated,
         metered=sensors.power_plan.metered,
+        power_source=sensors.power_plan.source,
+        energy_j=energy_j,
         temperatures={r.name: r.celsius for r in temperature.readings},
         powers={r.name: r.watts for r in power.readings},
         domains=tuple(

@@ -69,11 +69,16 @@ class Serving:
         return size if size > 0 else 1 << 30  # unset: the model's own max_batch bounds it
 
     def status(self) -> StatusDocument | None:
-        """The governor's document with this process's own live model statistics; None until the
-        governor has published its first."""
+        """The governor's document with this process's own live model statistics (and the
+        governor's energy per inference, which only it can reckon); None until the governor has
+        published its first."""
         document = self.block.status()
         if document is not None and self.service is not None:
-            document["inference"] = status.inference(self.service.stats())
+            joules = {
+                name: entry.get("joules_per_inference")
+                for name, entry in document["inference"].items()
+            }
+            document["inference"] = status.inference(self.service.stats(), joules)
         return document
 
     def _on_event(self, event: Event) -> None:

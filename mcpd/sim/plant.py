@@ -3,8 +3,11 @@
 Pure: state in, state out, no files and no clock. The model is deliberately small:
 
 - Each frequency domain (CPU cluster, GPU, NPU) draws dynamic power
-  P = P_max * util * (f / f_max) * (V(f) / V_max)^2, with V linear in f from `v_min_ratio * V_max`
-  at f_min to V_max at f_max (CMOS dynamic power is proportional to f V^2).
+  P = P_max * util * (f / f_max) * (V(f) / V_max)^2, with V at `v_min_ratio * V_max` up to the
+  knee (`v_knee`, a fraction of the range) and linear from there to V_max at f_max (CMOS dynamic
+  power is proportional to f V^2). Where a board's device tree has an OPP table, the floor and
+  knee come from its end points (`voltage_ramp`); the ramp in between is the plant's own, not
+  the table's steps, so an estimator that reads the table does not see the plant's curve.
 - Static SoC power grows with temperature (leakage): P_static * (1 + leakage_per_c * (T - 25)).
 - Two thermal masses in series: the die over the heatsink. The heatsink relaxes towards
   T_amb + (1 - die_share) * R_th * P_soc with time constant tau_s; the die towards
@@ -33,6 +36,18 @@ class DomainModel:
     power_max_w: float
     """Dynamic power at f_max, fully busy."""
     v_min_ratio: float = 0.6
+    v_knee: float = 0.0
+
+
+def voltage_ramp(opps: tuple[tuple[int, int], ...]) -> tuple[float, float]:
+    """(v_min_ratio, v_knee) from an OPP table of (Hz, µV): the lowest voltage over the highest,
+    held up to the last frequency at that voltage; (0.6, 0.0) without a table."""
+    if not opps:
+        return 0.6, 0.0
+    low_hz, high_hz = opps[0][0], opps[-1][0]
+    floor_uv, top_uv = opps[0][1], opps[-1][1]
+    knee_hz = max(hz for hz, uv in opps if uv == floor_uv)
+    return floor_uv / top_uv, (knee_hz - low_hz) / (high_hz - low_hz)
 
 
 @dataclass(frozen=True)
@@ -90,7 +105,8 @@ def running_khz(domain: DomainModel, util: float, cap_khz: int) -> int:
 def dynamic_power(domain: DomainModel, util: float, khz: int) -> float:
     span = domain.max_khz - domain.min_khz
     position = (khz - domain.min_khz) / span if span else 1.0
-    v_ratio = domain.v_min_ratio + (1.0 - domain.v_min_ratio) * position
+    rise = max(0.0, (position - domain.v_knee) / (1.0 - domain.v_knee))
+    v_ratio = domain.v_min_ratio + (1.0 - domain.v_min_ratio) * rise
     return domain.power_max_w * util * (khz / domain.max_khz) * v_ratio**2
 
 

@@ -19,6 +19,21 @@ power, and the rest of the board."""
 
 
 @dataclass(frozen=True)
+class EnergyModelNode:
+    """What a device tree says about a domain's power (docs/power-estimate.md): its node path,
+    `dynamic-power-coefficient` (µW/MHz/V², 0: absent) and OPP table (Hz, µV)."""
+
+    node: str
+    """Relative to the tree's root, e.g. "gpu@fb000000"; for CPUs "cpus/cpu@{reg}" with {reg}
+    filled per CPU."""
+    coefficient: int
+    table: str
+    """The OPP table node, at the top level or, with a "/" in it, under the device's node."""
+    phandle: int
+    opps: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class CpuPolicy:
     number: int
     cpus: tuple[int, ...]
@@ -38,6 +53,8 @@ class CpuPolicy:
     governor: str = "schedutil"
     table_descending: bool = False
     """acpi-cpufreq lists its P-states highest first."""
+    energy_model: EnergyModelNode | None = None
+    """Device-tree facts of its CPU nodes, where the board's tree has them (RK3588)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,8 @@ class Devfreq:
     power_max_w: float
     governor: str
     of_node: str | None = None
+    energy_model: EnergyModelNode | None = None
+    """Where set, `of_node` is a link to this device-tree node instead of a folder with a name."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +334,48 @@ _RK_BIG_KHZ = (
     2400000,
 )
 _RK_GPU_HZ = tuple(n * 100_000_000 for n in range(3, 11))
+# Mainline rk3588s.dtsi (docs/power-estimate.md): A55 228 and A76 416 µW/MHz/V² per core, the Mali
+# node 2982; the OPP voltages of cluster0/1/2 and the GPU (target cells). The NPU's OPP table is
+# the BSP's 300-1000 MHz with the GPU's voltages (UNCONFIRMED); its node has no coefficient.
+_RK_LITTLE_UV = (675000, 675000, 675000, 675000, 712500, 762500, 850000, 950000)
+_RK_BIG_UV = (
+    675000,
+    675000,
+    675000,
+    675000,
+    675000,
+    725000,
+    762500,
+    850000,
+    925000,
+    987500,
+    1000000,
+)
+_RK_GPU_UV = (675000, 675000, 675000, 675000, 700000, 750000, 800000, 850000)
+
+
+def _rk_cpu_model(
+    cluster: int, coefficient: int, table: tuple[int, ...], uv: tuple[int, ...]
+) -> EnergyModelNode:
+    return EnergyModelNode(
+        "cpus/cpu@{reg}",
+        coefficient,
+        f"opp-table-cluster{cluster}",
+        0x10 + cluster,
+        tuple((khz * 1000, v) for khz, v in zip(table, uv, strict=True)),
+    )
+
+
+def _rk_device_model(node: str, coefficient: int, phandle: int) -> EnergyModelNode:
+    return EnergyModelNode(
+        node,
+        coefficient,
+        f"{node}/opp-table",
+        phandle,
+        tuple(zip(_RK_GPU_HZ, _RK_GPU_UV, strict=True)),
+    )
+
+
 _RK_TSADC_TRIPS = ((75000, "passive"), (85000, "passive"), (115000, "critical"))
 
 RK3588 = Profile(
@@ -331,19 +392,26 @@ RK3588 = Profile(
         Zone("gpu-thermal", 0.95, 0.0, hwmon_mirror=True),
         Zone("npu-thermal", 0.95, 0.0, hwmon_mirror=True),
     ),
+    # Power at f_max: the Energy Model's C·V²·f of the tree below (4 × 228 × 0.95² × 1800 µW,
+    # 2 × 416 × 1.0² × 2400 µW, 2982 × 0.85² × 1000 µW); the NPU's 2.6 W is typical, not measured.
     cpus=(
-        CpuPolicy(0, (0, 1, 2, 3), 408000, 1800000, _RK_LITTLE_KHZ, 1.6),
-        CpuPolicy(4, (4, 5), 408000, 2400000, _RK_BIG_KHZ, 3.0),
-        CpuPolicy(6, (6, 7), 408000, 2400000, _RK_BIG_KHZ, 3.0),
+        CpuPolicy(0, (0, 1, 2, 3), 408000, 1800000, _RK_LITTLE_KHZ, 1.48,
+                  energy_model=_rk_cpu_model(0, 228, _RK_LITTLE_KHZ, _RK_LITTLE_UV)),
+        CpuPolicy(4, (4, 5), 408000, 2400000, _RK_BIG_KHZ, 2.0,
+                  energy_model=_rk_cpu_model(1, 416, _RK_BIG_KHZ, _RK_BIG_UV)),
+        CpuPolicy(6, (6, 7), 408000, 2400000, _RK_BIG_KHZ, 2.0,
+                  energy_model=_rk_cpu_model(2, 416, _RK_BIG_KHZ, _RK_BIG_UV)),
     ),
     devfreqs=(
-        Devfreq("fb000000.gpu", "sys/devices/platform/fb000000.gpu", _RK_GPU_HZ, "gpu", 2.4, "simple_ondemand"),
-        Devfreq("fdab0000.npu", "sys/devices/platform/fdab0000.npu", _RK_GPU_HZ, "npu", 2.6, "rknpu_ondemand"),
+        Devfreq("fb000000.gpu", "sys/devices/platform/fb000000.gpu", _RK_GPU_HZ, "gpu", 2.15, "simple_ondemand",
+                energy_model=_rk_device_model("gpu@fb000000", 2982, 0x20)),
+        Devfreq("fdab0000.npu", "sys/devices/platform/fdab0000.npu", _RK_GPU_HZ, "npu", 2.6, "rknpu_ondemand",
+                energy_model=_rk_device_model("npu@fdab0000", 0, 0x21)),
         Devfreq("dmc", "sys/devices/platform/dmc", (528000000, 1068000000, 1560000000, 2112000000), "", 0.0,
                 "dmc_ondemand"),
     ),
     # Idle near 35 °C as reported for the ROCK 5B (htop#1404).
-    thermal=Thermal(ambient_c=25.0, r_th=5.3, tau_s=35.0, static_w=1.9, leakage_per_c=0.004, board_w=2.0),
+    thermal=Thermal(ambient_c=25.0, r_th=6.3, tau_s=35.0, static_w=1.9, leakage_per_c=0.004, board_w=2.0),
 )  # fmt: skip
 
 X86_INTEL = Profile(

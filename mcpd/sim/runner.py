@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcpd.sim import plant
+from mcpd.sim.energy_model import Jiffies
 from mcpd.sim.faults import Fault
 from mcpd.sim.profiles import PART_NAMES, Profile
 from mcpd.sim.tree import INA3221_UPDATE_S, BoardTree, Inputs
@@ -39,8 +40,9 @@ COUNTER_TICK_S = 0.005
 
 @dataclass(frozen=True)
 class LoadSchedule:
-    """idle, sustained (everything busy), bursts[:ON/OFF] seconds of simulated time, or step:AT
-    (everything half busy, then fully busy from AT seconds on)."""
+    """idle, sustained (everything busy), bursts[:ON/OFF] seconds of simulated time, step:AT
+    (everything half busy, then fully busy from AT seconds on), or level:U (everything U busy,
+    0..1)."""
 
     kind: str
     on_s: float = 30.0
@@ -49,6 +51,8 @@ class LoadSchedule:
     def utils(self, sim_s: float) -> dict[str, float]:
         if self.kind == "sustained":
             return _BUSY
+        if self.kind == "level":
+            return dict.fromkeys(_BUSY, self.on_s)
         if self.kind == "bursts" and sim_s % (self.on_s + self.off_s) < self.on_s:
             return _BUSY
         if self.kind == "step":
@@ -60,6 +64,13 @@ class LoadSchedule:
         kind, _, periods = spec.partition(":")
         if kind in ("idle", "sustained") and not periods:
             return cls(kind)
+        if kind == "level":
+            try:
+                level = float(periods)
+            except ValueError:
+                level = -1.0
+            if 0.0 <= level <= 1.0:
+                return cls(kind, level)
         if kind == "step":
             try:
                 at = float(periods)
@@ -77,7 +88,9 @@ class LoadSchedule:
                 schedule = None
             if schedule and schedule.on_s > 0 and schedule.off_s > 0:
                 return schedule
-        raise ValueError(f"load {spec!r}: expected idle, sustained, bursts[:ON/OFF] or step:AT")
+        raise ValueError(
+            f"load {spec!r}: expected idle, sustained, bursts[:ON/OFF], step:AT or level:U (0..1)"
+        )
 
 
 @dataclass(frozen=True)
@@ -138,7 +151,13 @@ class Simulator:
         self.tree = BoardTree(profile, self.root)
         self.domains = tuple(
             plant.DomainModel(
-                f"policy{p.number}", "cpu", p.min_khz, p.max_khz, p.table_khz, p.power_max_w
+                f"policy{p.number}",
+                "cpu",
+                p.min_khz,
+                p.max_khz,
+                p.table_khz,
+                p.power_max_w,
+                *plant.voltage_ramp(p.energy_model.opps if p.energy_model else ()),
             )
             for p in profile.cpus
         ) + tuple(
@@ -149,6 +168,7 @@ class Simulator:
                 d.table_hz[-1] // 1000,
                 tuple(f // 1000 for f in d.table_hz),
                 d.power_max_w,
+                *plant.voltage_ramp(d.energy_model.opps if d.energy_model else ()),
             )
             for d in profile.devfreqs
         )
@@ -163,6 +183,7 @@ class Simulator:
         self.energy_j = 0.0
         """Board input energy over simulated time: what the joules-per-work figures divide."""
         self.meter = ConversionWindow(INA3221_UPDATE_S)
+        self.jiffies = Jiffies(tuple(cpu for p in profile.cpus for cpu in p.cpus))
         self.utils = _IDLE
         self._rng = random.Random(seed)
         self._renumbered: set[Fault] = set()
@@ -217,6 +238,8 @@ class Simulator:
         freqs = {d.name: f for d, f in zip(self.domains, self.state.freqs_khz, strict=True)}
         for domain, util in zip(self.domains, utils, strict=True):
             self.work_mhz_s[domain.name] += freqs[domain.name] / 1000 * util * sim_dt
+        cpu_util = self.utils.get("cpu", 0.0)
+        self.jiffies.advance({cpu: cpu_util for cpu in self.jiffies.busy}, wall_dt)
         self._inputs = Inputs(
             die_c=self.state.die_c,
             ambient_c=thermal.ambient_c,
@@ -226,6 +249,7 @@ class Simulator:
             freqs_khz=freqs,
             energy_uj=self.energy_uj,
             noise_c=self._rng.gauss(0.0, 0.15),
+            proc_stat=self.jiffies.render(),
         )
         self._write(kinds=None)
         if self.elapsed_s - self._state_written >= 1.0 or wall_dt == 0.0:

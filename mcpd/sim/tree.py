@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcpd.sim import energy_model
 from mcpd.sim.profiles import CpuPolicy, Devfreq, HwmonChip, Profile, Rail, Zone
 
 _ZONE_POLICIES = "power_allocator user_space step_wise\n"
@@ -55,6 +56,7 @@ class Inputs:
     freqs_khz: dict[str, int]
     energy_uj: dict[str, int]
     noise_c: float
+    proc_stat: str = ""
 
 
 class BoardTree:
@@ -133,6 +135,7 @@ class BoardTree:
         profile = self.profile
         self.write("proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
         self.write("proc/cpuinfo", profile.cpuinfo)
+        self.dynamic("stat", "proc/stat", "stat", lambda inputs: inputs.proc_stat)
         if profile.compatible:
             base = "sys/firmware/devicetree/base"
             self.write(f"{base}/compatible", "".join(f"{entry}\0" for entry in profile.compatible))
@@ -299,6 +302,7 @@ class BoardTree:
             self.link(f"sys/devices/system/cpu/cpu{cpu}/cpufreq", rel)
             if cpu:
                 self.write(f"sys/devices/system/cpu/cpu{cpu}/online", "1\n")
+        energy_model.write_cpu_nodes(self, policy)
         name = f"policy{policy.number}"
         self.cap_paths[name] = (f"{rel}/scaling_max_freq", 1)
         self.dynamic(name, f"{rel}/scaling_cur_freq", "frequency", _frequency(name, 1))
@@ -315,7 +319,10 @@ class BoardTree:
         self.write(f"{rel}/max_freq", f"{table[-1]}\n")
         self.write(f"{rel}/polling_interval", "50\n")
         self.link(f"{rel}/device", device.device_dir)
-        if device.of_node:
+        if device.energy_model is not None:
+            energy_model.write_device_node(self, device)
+            self.dynamic(device.name, f"{rel}/load", "load", _load(device))
+        elif device.of_node:
             self.write(f"{device.device_dir}/of_node/name", f"{device.of_node}\0")
         self.link(f"sys/class/devfreq/{device.name}", rel)
         self.cap_paths[device.name] = (f"{rel}/max_freq", 1000)
@@ -339,6 +346,10 @@ def _zone_render(zone: Zone) -> Callable[[Inputs], str]:
         return f"{round(celsius * 1000 / step) * step}\n"
 
     return render
+
+
+def _load(device: Devfreq) -> Callable[[Inputs], str]:
+    return lambda inputs: energy_model.render_load(device, inputs)
 
 
 def _energy(zone_id: str) -> Callable[[Inputs], str]:

@@ -33,7 +33,9 @@ class Sensor:
 def _sensors(status: StatusDocument) -> list[Sensor]:
     sensors = [Sensor("temperature", "Temperature", ".temperature_c", "°C", "temperature")]
     if status["power_w"] is not None or status["powers"]:
-        sensors.append(Sensor("power", "Power", ".power_w", "W", "power"))
+        estimated = status.get("power_source") == "estimate"
+        label = "Power (estimated)" if estimated else "Power"
+        sensors.append(Sensor("power", label, ".power_w", "W", "power"))
     sensors += [
         Sensor("request_rate", "Request rate", ".requests_per_s", "req/s"),
         Sensor("governor", "Governor", ".governor.state", state_class=None),
