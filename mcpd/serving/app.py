@@ -25,6 +25,7 @@ from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.peers import Peers
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
+from mcpd.serving.statistics import Timing
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
 
 log = logging.getLogger("mcpd.serving")
@@ -162,14 +163,14 @@ class Endpoints:
             async with self._body(request, header_length) as body:
                 shm = self.shm.peer(self._peer_uid(request))
                 decoded = codec.decode(body, header_length, interface, shm)
-                outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
+                outputs, timing = await self._run(worker, decoded, entry.config.timeout_ms, started)
                 payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, shm)
         except RequestError:
-            entry.requests += 1
-            entry.errors += 1
+            entry.statistics.failed(round((time.monotonic() - started) * 1e9))
             raise
-        entry.requests += 1
-        entry.latencies.add((time.monotonic() - started) * 1000)
+        elapsed = time.monotonic() - started
+        entry.statistics.succeeded(round(elapsed * 1e9), timing)
+        entry.latencies.add(elapsed * 1000)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)
         return web.Response(
@@ -205,7 +206,8 @@ class Endpoints:
 
     async def _run(
         self, worker: ModelWorker, decoded: codec.InferRequest, timeout_ms: int, started: float
-    ) -> Outputs:
+    ) -> tuple[Outputs, Timing]:
+        """The outputs, and what the request spent in the worker."""
         timeouts = [t for t in (timeout_ms * 1000, decoded.timeout_us) if t]
         timeout = min(timeouts) / 1e6 if timeouts else None
         future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
@@ -214,9 +216,7 @@ class Endpoints:
         )
         worker.submit(pending)
         try:
-            if timeout is None:
-                return await future
-            return await asyncio.wait_for(future, timeout)
+            outputs = await (future if timeout is None else asyncio.wait_for(future, timeout))
         except asyncio.TimeoutError:
             worker.cancel(pending)
             raise RequestError(
@@ -225,6 +225,8 @@ class Endpoints:
         except asyncio.CancelledError:  # the client disconnected
             worker.cancel(pending)
             raise
+        assert pending.timing is not None  # set by the worker before it answers
+        return outputs, pending.timing
 
     # -- shared memory ---------------------------------------------------------------------------
 
