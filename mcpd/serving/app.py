@@ -19,7 +19,7 @@ from aiohttp import web
 
 from mcpd import __version__
 from mcpd.config import DaemonSection
-from mcpd.serving import codec, metrics, values
+from mcpd.serving import codec, metrics, model_reports, values
 from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.peers import Peers
@@ -30,7 +30,7 @@ from mcpd.serving.worker import ModelWorker, Outputs, Pending
 
 log = logging.getLogger("mcpd.serving")
 
-EXTENSIONS = ["binary_tensor_data", "system_shared_memory"]
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "statistics", "model_configuration"]
 JSON = "application/json"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -84,10 +84,15 @@ class Endpoints:
         model = "/v2/models/{name}"
         versioned = "/v2/models/{name}/versions/{version}"
         shm = "/v2/systemsharedmemory"
+        cuda = "/v2/cudasharedmemory"
         app.router.add_routes(
             [
                 # The inference routes first: the router tries routes in order.
                 *(web.post(f"{prefix}/infer", self.infer) for prefix in (model, versioned)),
+                # Before model metadata, which would take "stats" for a model's name.
+                web.get("/v2/models/stats", self.all_stats),
+                *(web.get(f"{prefix}/stats", self.model_stats) for prefix in (model, versioned)),
+                *(web.get(f"{prefix}/config", self.model_config) for prefix in (model, versioned)),
                 web.get("/v2", self.server_metadata),
                 web.get("/v2/health/live", self.live),
                 web.get("/v2/health/ready", self.ready),
@@ -99,6 +104,11 @@ class Endpoints:
                 web.post(f"{shm}/region/{{region}}/register", self.shm_register),
                 web.post(f"{shm}/unregister", self.shm_unregister),
                 web.post(f"{shm}/region/{{region}}/unregister", self.shm_unregister),
+                web.get(f"{cuda}/status", self.cuda_status),
+                web.get(f"{cuda}/region/{{region}}/status", self.cuda_status),
+                web.post(f"{cuda}/region/{{region}}/register", self.cuda_register),
+                web.post(f"{cuda}/unregister", self.cuda_unregister),
+                web.post(f"{cuda}/region/{{region}}/unregister", self.cuda_unregister),
                 web.get("/v2/mcpd/status", self.mcpd_status),
                 web.get("/metrics", self.metrics),
             ]
@@ -147,6 +157,22 @@ class Endpoints:
                 for name, entry in sorted(self.repository.entries.items())
             ]
         )
+
+    # -- Triton's statistics and model configuration (docs/serving-protocol.md §8.3, §8.4) --------
+
+    async def all_stats(self, request: web.Request) -> web.Response:
+        entries = self.repository.entries.items()
+        return reply(model_reports.all_stats({n: e.statistics.snapshot() for n, e in entries}))
+
+    async def model_stats(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry = self.repository.get(name, request.match_info.get("version"))
+        return reply(model_reports.all_stats({name: entry.statistics.snapshot()}))
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry, worker = self.repository.serving(name, request.match_info.get("version"))
+        return reply(model_reports.model_config(entry.config, worker.backend))
 
     # -- inference -------------------------------------------------------------------------------
 
@@ -251,6 +277,21 @@ class Endpoints:
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
         self.shm.unregister(request.match_info.get("region"), self._peer_uid(request))
+        return web.Response(status=200)
+
+    # CUDA shared memory (§8.5): answered as a Triton without CUDA memory answers, because
+    # perf_analyzer unregisters all of it at start and end, whatever --shared-memory says.
+
+    async def cuda_status(self, request: web.Request) -> web.Response:
+        region = request.match_info.get("region")
+        if region is not None:
+            raise RequestError(f"Unable to find cuda shared memory region: {region!r}", 404)
+        return reply([])
+
+    async def cuda_register(self, request: web.Request) -> web.Response:
+        raise RequestError("CUDA shared memory is not supported: mcpd has no CUDA memory", 501)
+
+    async def cuda_unregister(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     # -- mcpd ------------------------------------------------------------------------------------
