@@ -1,7 +1,8 @@
 """The governor with serving in a process of its own: its loop timing in four conditions, a serving
 process killed under full load, and the governor's memory and idle CPU.
 
-    .venv/bin/python bench/governor.py [--seconds 40] [--baseline-tree DIR]
+    .venv/bin/python bench/governor.py [--seconds 40] [--rounds N] [--baseline-tree DIR]
+                                       [--only footprint]
 
 Each run is the real `mcpd run` governing a simulated Orin Nano (the simulator in a process of its
 own, as the hardware would be) and serving a ResNet-50-shaped model; the figures are the governor's
@@ -13,7 +14,9 @@ runs so that both see the same machine.
 
 Then, in this tree: two clients saturating the model and the serving process killed with SIGKILL
 after a third of the run: the time until serving answers again and the governor's largest sample
-lateness over the run; and on an idle run the governor's RSS and CPU (the serving process apart).
+lateness over the run. Last, on an idle board (the simulator live, so values change as on a real
+board), the governor's RSS and CPU, the serving process apart: `--rounds` runs of each tree,
+interleaved, the median and every run. `--only footprint` measures only that.
 """
 
 from __future__ import annotations
@@ -182,11 +185,11 @@ def kill_under_load(model: Path, seconds: float) -> dict[str, Any]:
     return {"ready_again_s": round(back_s, 2), "loop": doc["loop"]}
 
 
-def footprint(model: Path, seconds: float) -> dict[str, Any]:
+def footprint(tree: Path | None, model: Path, seconds: float) -> dict[str, Any]:
     with (
         simulated_board("idle") as board,
         tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
-        daemon(None, board, model, Path(folder)) as sock,
+        daemon(tree, board, model, Path(folder)) as sock,
     ):
         doc = status(sock)
         governor = psutil.Process(doc["daemon"]["pid"])
@@ -203,6 +206,23 @@ def footprint(model: Path, seconds: float) -> dict[str, Any]:
         }
 
 
+def footprints(
+    trees: dict[str, Path | None], model: Path, seconds: float, rounds: int
+) -> dict[str, dict[str, Any]]:
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    for _ in range(rounds):
+        for label, tree in trees.items():  # interleaved: the same machine for both
+            runs[label].append(footprint(tree, model, seconds))
+    out: dict[str, dict[str, Any]] = {}
+    for label, measured in runs.items():
+        out[label] = {"rounds": len(measured), "scheduling": measured[0]["scheduling"]}
+        for key in ("governor_rss_mb", "governor_cpu_percent", "serving_rss_mb"):
+            values = [run[key] for run in measured]
+            out[label][key] = round(statistics.median(values), 2)
+            out[label][f"{key}_runs"] = values
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -210,6 +230,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0, help="per run")
     parser.add_argument("--rounds", type=int, default=1, help="runs per condition and tree")
     parser.add_argument("--baseline-tree", type=Path, help="an earlier checkout to compare with")
+    parser.add_argument("--only", choices=["footprint"], help="measure only the idle footprint")
     args = parser.parse_args()
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline_tree is not None:
@@ -217,13 +238,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         model = Path(tmp) / "resnet50.onnx"
         onnx.save(resnet50(), model)
-        report = {
-            "date": time.strftime("%Y-%m-%d"),
-            "cpus": os.cpu_count(),
-            "conditions": conditions(trees, model, args.seconds, args.rounds),
-            "serving_killed_under_load": kill_under_load(model, args.seconds),
-            "idle_footprint": footprint(model, args.seconds),
-        }
+        report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        report["cpus"] = os.cpu_count()
+        if args.only is None:
+            report["conditions"] = conditions(trees, model, args.seconds, args.rounds)
+            report["serving_killed_under_load"] = kill_under_load(model, args.seconds)
+        report["idle_footprint"] = footprints(trees, model, args.seconds, args.rounds)
     print(json.dumps(report, indent=1))
 
 

@@ -41,8 +41,11 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
         log.warning(
             "serving at most %d connections, not max_connections = %d: the descriptor limit is "
             "%d (LimitNOFILE=) and %d stay reserved for the governor and the daemon's own files",
-            fitting, configured, descriptors, RESERVED_DESCRIPTORS,
-        )  # fmt: skip
+            fitting,
+            configured,
+            descriptors,
+            RESERVED_DESCRIPTORS,
+        )
     return min(configured, fitting)
 
 
@@ -113,8 +116,9 @@ class Acceptor:
         self.capped += 1
         log.warning(
             "%d client connections are open, the cap ([daemon] max_connections, within the "
-            "descriptor limit): new connections wait until one closes", self.open,
-        )  # fmt: skip
+            "descriptor limit): new connections wait until one closes",
+            self.open,
+        )
         self._pause()
 
     async def _connect(self, conn: socket.socket) -> None:
