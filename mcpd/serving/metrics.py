@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mcpd.state import ModelStats
+from mcpd.snapshot import ModelStats
+from mcpd.status import StatusDocument
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -33,64 +34,12 @@ class _Text:
             )
 
 
-def render(status: Mapping[str, Any], models: Mapping[str, ModelStats]) -> str:
+def render(status: StatusDocument | None, models: Mapping[str, ModelStats]) -> str:
+    """The exposition; with no status document yet (the governor has not published its first),
+    the models' families only."""
     out = _Text()
-    out.family(
-        "temperature_celsius",
-        "gauge",
-        "Governing temperature.",
-        [({}, status.get("temperature_c"))],
-    )
-    out.family("power_watts", "gauge", "Governing power.", [({}, status.get("power_w"))])
-    out.family(
-        "sensor_temperature_celsius",
-        "gauge",
-        "Each temperature sensor.",
-        [({"sensor": n}, v) for n, v in status.get("temperatures", {}).items()],
-    )
-    out.family(
-        "sensor_power_watts",
-        "gauge",
-        "Each power sensor.",
-        [({"sensor": n}, v) for n, v in status.get("powers", {}).items()],
-    )
-    domains = status.get("domains", {})
-    for key, help in (
-        ("cap_mhz", "Frequency cap in force."),
-        ("cur_mhz", "Current frequency."),
-        ("target_mhz", "Governor's target."),
-    ):
-        out.family(
-            f"domain_{key}",
-            "gauge",
-            help,
-            [({"domain": n, "kind": d["kind"]}, d.get(key)) for n, d in domains.items()],
-        )
-    out.family(
-        "thermal_headroom",
-        "gauge",
-        "1.0 at the throttle threshold, 0.0 thirty degrees below it.",
-        [({}, status.get("thermal", {}).get("headroom"))],
-    )
-    out.family(
-        "external_cap_changes_total",
-        "counter",
-        "Caps found changed by another program (mcpd followed them).",
-        [({}, status.get("governor", {}).get("external_cap_changes"))],
-    )
-    state = status.get("governor", {}).get("state")
-    out.family(
-        "governor_state",
-        "gauge",
-        "1 for the governor's current state.",
-        [({"state": state}, 1)] if state else [],
-    )
-    out.family(
-        "batch_size",
-        "gauge",
-        "Batch size set by the governor.",
-        [({"model": m}, size) for m, size in status.get("batch", {}).items()],
-    )
+    if status is not None:
+        _governor_families(out, status)
     out.family(
         "model_ready",
         "gauge",
@@ -131,7 +80,66 @@ def render(status: Mapping[str, Any], models: Mapping[str, ModelStats]) -> str:
         "Batches run.",
         [({"model": m}, s.detail.get("batches")) for m, s in models.items()],
     )
-    daemon = status.get("daemon", {})
-    out.family("daemon_cpu_percent", "gauge", "Daemon CPU use.", [({}, daemon.get("cpu_percent"))])
-    out.family("daemon_rss_megabytes", "gauge", "Daemon memory.", [({}, daemon.get("rss_mb"))])
     return "\n".join(out.lines) + "\n"
+
+
+def _governor_families(out: _Text, status: StatusDocument) -> None:
+    """What the governor knows: sensors, caps, its state, the batch sizes it sets, itself."""
+    out.family(
+        "temperature_celsius",
+        "gauge",
+        "Governing temperature.",
+        [({}, status["temperature_c"])],
+    )
+    out.family("power_watts", "gauge", "Governing power.", [({}, status["power_w"])])
+    out.family(
+        "sensor_temperature_celsius",
+        "gauge",
+        "Each temperature sensor.",
+        [({"sensor": n}, v) for n, v in status["temperatures"].items()],
+    )
+    out.family(
+        "sensor_power_watts",
+        "gauge",
+        "Each power sensor.",
+        [({"sensor": n}, v) for n, v in status["powers"].items()],
+    )
+    domains = status["domains"]
+    for name, help, values in (
+        ("cap_mhz", "Frequency cap in force.", {n: d["cap_mhz"] for n, d in domains.items()}),
+        ("cur_mhz", "Current frequency.", {n: d["cur_mhz"] for n, d in domains.items()}),
+        ("target_mhz", "Governor's target.", {n: d["target_mhz"] for n, d in domains.items()}),
+    ):
+        out.family(
+            f"domain_{name}",
+            "gauge",
+            help,
+            [({"domain": n, "kind": domains[n]["kind"]}, v) for n, v in values.items()],
+        )
+    out.family(
+        "thermal_headroom",
+        "gauge",
+        "1.0 at the throttle threshold, 0.0 thirty degrees below it.",
+        [({}, status["thermal"]["headroom"])],
+    )
+    out.family(
+        "external_cap_changes_total",
+        "counter",
+        "Caps found changed by another program (mcpd followed them).",
+        [({}, status["governor"]["external_cap_changes"])],
+    )
+    out.family(
+        "governor_state",
+        "gauge",
+        "1 for the governor's current state.",
+        [({"state": status["governor"]["state"]}, 1)],
+    )
+    out.family(
+        "batch_size",
+        "gauge",
+        "Batch size set by the governor.",
+        [({"model": m}, size) for m, size in status["batch"].items()],
+    )
+    daemon = status["daemon"]
+    out.family("daemon_cpu_percent", "gauge", "Daemon CPU use.", [({}, daemon["cpu_percent"])])
+    out.family("daemon_rss_megabytes", "gauge", "Daemon memory.", [({}, daemon["rss_mb"])])

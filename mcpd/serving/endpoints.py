@@ -305,5 +305,5 @@ class Endpoints:
 
     async def metrics(self, request: web.Request) -> web.Response:
         document = self.status()
-        text = metrics.render({} if document is None else document, self.repository.stats())
+        text = metrics.render(document, self.repository.stats())
         return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
