@@ -122,7 +122,8 @@ class ServingSupervisor:
         self._lock = threading.Lock()
         self._reload: Config | None = None
         self._changed = False
-        """A governor action happened: publish the batch sizes and the status now."""
+        """A governor action happened, or a serving process started or exited: publish the batch
+        sizes and the status now (so status never names a serving process that is gone)."""
         events.subscribe(self._on_event)
         self._stop = threading.Event()
         self._wake_r: socket.socket | None = None
@@ -307,6 +308,7 @@ class ServingSupervisor:
         self._channel = channel
         self._started_at = self.clock()
         self.state = "starting"
+        self._changed = True
         self._send_config()
         log.info("serving process %d started", self.pid)
 
@@ -387,6 +389,7 @@ class ServingSupervisor:
             self._channel = None
         self._stats = {name: dataclasses.replace(s, ready=False) for name, s in self._stats.items()}
         self.last_exit = {"pid": pid, "reason": reason, "ts": round(time.time(), 3)}
+        self._changed = True
         if self._stop.is_set():
             return
         self.restarts += 1
