@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from governors.params import PARAMETER_NAMES, GovernorParams
+from mcpd.listen import tcp_address
 from mcpd.schema import Check, Invalid, build, key_path
 from sensors.discovery import PowerOptions
 from sensors.sysfs import NotAFile, open_regular
@@ -63,6 +64,27 @@ class DaemonSection:
     header_timeout_ms: Timeout = 10_000
     body_timeout_ms: Timeout = 30_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class ServingSection:
+    # A TCP listener for clients that cannot use a Unix socket (perf_analyzer): off by default,
+    # and on a loopback address unless remote clients are allowed in so many words.
+    http: str = ""
+    allow_remote_http: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.http:
+            return
+        try:
+            address = tcp_address(self.http)
+        except ValueError as exc:
+            raise ValueError(f"http: {exc}") from None
+        if not address.loopback and not self.allow_remote_http:
+            raise ValueError(
+                f"http = {self.http!r} is not a loopback address: every host that can reach it "
+                "could run the models; use 127.0.0.1 or [::1], or set allow_remote_http = true"
+            )
 
 
 @dataclass(frozen=True)
@@ -284,6 +306,7 @@ class Config:
     governor: GovernorSection = field(default_factory=GovernorSection)
     models: tuple[ModelSection, ...] = ()
     mqtt: MqttSection = MqttSection()
+    serving: ServingSection = ServingSection()
 
     def __post_init__(self) -> None:
         names = [model.name for model in self.models]

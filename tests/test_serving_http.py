@@ -50,7 +50,13 @@ def test_server_and_model_metadata(served: Served) -> None:
         assert client.server_metadata() == {
             "name": "mcpd",
             "version": "0.1.0",
-            "extensions": ["binary_tensor_data", "system_shared_memory", "model_repository"],
+            "extensions": [
+                "binary_tensor_data",
+                "system_shared_memory",
+                "model_repository",
+                "statistics",
+                "model_configuration",
+            ],
         }
         meta = client.model_metadata("m")
         assert meta == {

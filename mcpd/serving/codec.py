@@ -282,11 +282,9 @@ def encode(
         if want.shm is not None or want.binary:
             raw = serialize_bytes(array) if array.dtype.kind == "O" else array.tobytes()
         if want.shm is not None:
+            # Name, datatype and shape only, as Triton answers (docs/serving-protocol.md §8.5):
+            # perf_analyzer fails on a parameters object here.
             shm.write(want.shm, np.frombuffer(raw, np.uint8))
-            item["parameters"] = {
-                "shared_memory_region": want.shm.region,
-                "shared_memory_byte_size": len(raw),
-            }
         elif want.binary:
             blobs.append(raw)
             item["parameters"] = {"binary_data_size": len(raw)}

@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,17 +20,25 @@ from aiohttp import web
 
 from mcpd import __version__
 from mcpd.config import DaemonSection
-from mcpd.serving import codec, metrics, model_control, values
+from mcpd.serving import codec, metrics, model_control, model_reports, values
 from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
+from mcpd.serving.peers import Peers
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
+from mcpd.serving.statistics import Timing
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
 from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
-EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "system_shared_memory",
+    "model_repository",
+    "statistics",
+    "model_configuration",
+]
 JSON = "application/json"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -63,14 +69,6 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
         return error(f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
-def _peer_uid(request: web.Request) -> int | None:
-    sock = request.transport.get_extra_info("socket") if request.transport else None
-    if sock is None or sock.family != socket.AF_UNIX:
-        return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
 class Endpoints:
     def __init__(
         self,
@@ -83,6 +81,10 @@ class Endpoints:
         self.shm = shm
         self.status = status
         self.bodies = Bodies(daemon)
+        self.peers = Peers()
+
+    def _peer_uid(self, request: web.Request) -> int | None:
+        return self.peers.uid(request.transport)
 
     def application(self) -> web.Application:
         # Bodies are read by Bodies.read, which applies the limits; aiohttp's own limit is off.
@@ -90,10 +92,15 @@ class Endpoints:
         model = "/v2/models/{name}"
         versioned = "/v2/models/{name}/versions/{version}"
         shm = "/v2/systemsharedmemory"
+        cuda = "/v2/cudasharedmemory"
         app.router.add_routes(
             [
                 # The inference routes first: the router tries routes in order.
                 *(web.post(f"{prefix}/infer", self.infer) for prefix in (model, versioned)),
+                # Before model metadata, which would take "stats" for a model's name.
+                web.get("/v2/models/stats", self.all_stats),
+                *(web.get(f"{prefix}/stats", self.model_stats) for prefix in (model, versioned)),
+                *(web.get(f"{prefix}/config", self.model_config) for prefix in (model, versioned)),
                 web.get("/v2", self.server_metadata),
                 web.get("/v2/health/live", self.live),
                 web.get("/v2/health/ready", self.ready),
@@ -107,6 +114,11 @@ class Endpoints:
                 web.post(f"{shm}/region/{{region}}/register", self.shm_register),
                 web.post(f"{shm}/unregister", self.shm_unregister),
                 web.post(f"{shm}/region/{{region}}/unregister", self.shm_unregister),
+                web.get(f"{cuda}/status", self.cuda_status),
+                web.get(f"{cuda}/region/{{region}}/status", self.cuda_status),
+                web.post(f"{cuda}/region/{{region}}/register", self.cuda_register),
+                web.post(f"{cuda}/unregister", self.cuda_unregister),
+                web.post(f"{cuda}/region/{{region}}/unregister", self.cuda_unregister),
                 web.get("/v2/mcpd/status", self.mcpd_status),
                 web.get("/metrics", self.metrics),
             ]
@@ -158,6 +170,22 @@ class Endpoints:
         await self.repository.unload(request.match_info["name"])
         return web.Response(status=200)
 
+    # -- Triton's statistics and model configuration (docs/serving-protocol.md §8.3, §8.4) --------
+
+    async def all_stats(self, request: web.Request) -> web.Response:
+        entries = self.repository.entries.items()
+        return reply(model_reports.all_stats({n: e.statistics.snapshot() for n, e in entries}))
+
+    async def model_stats(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry = self.repository.get(name, request.match_info.get("version"))
+        return reply(model_reports.all_stats({name: entry.statistics.snapshot()}))
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry, worker = self.repository.serving(name, request.match_info.get("version"))
+        return reply(model_reports.model_config(entry.config, worker.backend))
+
     # -- inference -------------------------------------------------------------------------------
 
     async def infer(self, request: web.Request) -> web.Response:
@@ -171,16 +199,16 @@ class Endpoints:
                 request.headers.get("Inference-Header-Content-Length")
             )
             async with self._body(request, header_length) as body:
-                shm = self.shm.peer(_peer_uid(request))
+                shm = self.shm.peer(self._peer_uid(request))
                 decoded = codec.decode(body, header_length, interface, shm)
-                outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
+                outputs, timing = await self._run(worker, decoded, entry.config.timeout_ms, started)
                 payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, shm)
         except RequestError:
-            entry.requests += 1
-            entry.errors += 1
+            entry.statistics.failed(round((time.monotonic() - started) * 1e9))
             raise
-        entry.requests += 1
-        entry.latencies.append(time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        entry.statistics.succeeded(round(elapsed * 1e9), timing)
+        entry.latencies.append(elapsed)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)
         return web.Response(
@@ -221,7 +249,8 @@ class Endpoints:
 
     async def _run(
         self, worker: ModelWorker, decoded: codec.InferRequest, timeout_ms: int, started: float
-    ) -> Outputs:
+    ) -> tuple[Outputs, Timing]:
+        """The outputs, and what the request spent in the worker."""
         timeouts = [t for t in (timeout_ms * 1000, decoded.timeout_us) if t]
         timeout = min(timeouts) / 1e6 if timeouts else None
         future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
@@ -230,9 +259,7 @@ class Endpoints:
         )
         worker.submit(pending)
         try:
-            if timeout is None:
-                return await future
-            return await asyncio.wait_for(future, timeout)
+            outputs = await (future if timeout is None else asyncio.wait_for(future, timeout))
         except asyncio.TimeoutError:
             worker.cancel(pending)
             raise RequestError(
@@ -241,11 +268,13 @@ class Endpoints:
         except asyncio.CancelledError:  # the client disconnected
             worker.cancel(pending)
             raise
+        assert pending.timing is not None  # set by the worker before it answers
+        return outputs, pending.timing
 
     # -- shared memory ---------------------------------------------------------------------------
 
     async def shm_status(self, request: web.Request) -> web.Response:
-        return reply(self.shm.status(request.match_info.get("region"), _peer_uid(request)))
+        return reply(self.shm.status(request.match_info.get("region"), self._peer_uid(request)))
 
     async def shm_register(self, request: web.Request) -> web.Response:
         body = await self._json_object(request)
@@ -254,14 +283,32 @@ class Endpoints:
             raise RequestError("register needs key (a string)")
         offset = values.integer(body.get("offset", 0), "register: offset")
         size = values.integer(body.get("byte_size"), "register: byte_size")
-        uid = _peer_uid(request)
+        uid = self._peer_uid(request)
         if uid is None:
-            raise RequestError("shared memory registration needs a Unix socket peer")
+            raise RequestError(
+                "shared memory registration needs a client whose user mcpd can tell: one on the "
+                "Unix socket or on a loopback address of [serving] http"
+            )
         self.shm.register(request.match_info["region"], key, offset, size, uid)
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self.shm.unregister(request.match_info.get("region"), _peer_uid(request))
+        self.shm.unregister(request.match_info.get("region"), self._peer_uid(request))
+        return web.Response(status=200)
+
+    # CUDA shared memory (§8.5): answered as a Triton without CUDA memory answers, because
+    # perf_analyzer unregisters all of it at start and end, whatever --shared-memory says.
+
+    async def cuda_status(self, request: web.Request) -> web.Response:
+        region = request.match_info.get("region")
+        if region is not None:
+            raise RequestError(f"Unable to find cuda shared memory region: {region!r}", 404)
+        return reply([])
+
+    async def cuda_register(self, request: web.Request) -> web.Response:
+        raise RequestError("CUDA shared memory is not supported: mcpd has no CUDA memory", 501)
+
+    async def cuda_unregister(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     # -- mcpd ------------------------------------------------------------------------------------
