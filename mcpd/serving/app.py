@@ -81,6 +81,7 @@ class Endpoints:
         self.shm = shm
         self.status = status
         self.bodies = Bodies(daemon)
+        self.exposition = metrics.Exposition(status, repository.stats)
 
     def application(self) -> web.Application:
         # Bodies are read by Bodies.read, which applies the limits; aiohttp's own limit is off.
@@ -259,5 +260,5 @@ class Endpoints:
         return reply(self.status())
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = metrics.render(self.status(), self.repository.stats())
-        return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
+        body, content_type = self.exposition.render(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
