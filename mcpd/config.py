@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from mcpd.listen import tcp_address
 from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
@@ -72,6 +73,28 @@ class DaemonSection(Section):
     header_timeout_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 10_000
     body_timeout_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 30_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ServingSection(Section):
+    # A TCP listener for clients that cannot use a Unix socket (perf_analyzer): off by default,
+    # and on a loopback address unless remote clients are allowed in so many words.
+    http: StrictStr = ""
+    allow_remote_http: StrictBool = False
+
+    @model_validator(mode="after")
+    def _loopback(self) -> ServingSection:
+        if self.http:
+            try:
+                address = tcp_address(self.http)
+            except ValueError as exc:
+                raise ValueError(f"http: {exc}") from None
+            if not address.loopback and not self.allow_remote_http:
+                raise ValueError(
+                    f"http = {self.http!r} is not a loopback address: every host that can reach "
+                    "it could run the models; use 127.0.0.1 or [::1], or set allow_remote_http = "
+                    "true"
+                )
+        return self
 
 
 class SamplingSection(Section):
@@ -265,6 +288,7 @@ class Config(Section):
     governor: GovernorSection = GovernorSection()
     models: tuple[ModelSection, ...] = ()
     mqtt: MqttSection = MqttSection()
+    serving: ServingSection = ServingSection()
 
     @model_validator(mode="after")
     def _unique_models(self) -> Config:

@@ -1,13 +1,19 @@
-"""The listening socket: handed over by systemd (LISTEN_FDS), or bound at the configured path.
+"""The listening sockets: the Unix socket, handed over by systemd (LISTEN_FDS) or bound at the
+configured path, and optional TCP listeners (`[serving] http`) bound from HOST:PORT.
 
-A bound socket is created under a temporary name, given mode 0660 and its group, and only then
+A bound Unix socket is created under a temporary name, given mode 0660 and its group, and only then
 renamed into place, so no client ever sees it with looser permissions (a chmod after bind would
 leave a window).
+
+A TCP listener has no such gate: every local user can connect to it, and with a non-loopback
+address every host that can route to it. `tcp_address` parses and classifies the address so the
+configuration can refuse a non-loopback one unless it is explicitly allowed.
 """
 
 from __future__ import annotations
 
 import grp
+import ipaddress
 import logging
 import os
 import socket
@@ -105,3 +111,63 @@ def listen(path: str, group: str) -> Listener:
         log.info("serving on the socket passed by systemd (%s)", sock.getsockname() or "unnamed")
         return Listener(sock, None)
     return Listener(bind(path, group), path)
+
+
+LOCALHOST = "localhost"
+"""The one host name taken, as 127.0.0.1 (binding resolves no names: /etc/hosts may say anything)."""
+
+
+@dataclass(frozen=True)
+class TcpAddress:
+    host: str
+    """An IP address literal (IPv6 without brackets)."""
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.ip_address(self.host).is_loopback
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def tcp_address(text: str) -> TcpAddress:
+    """HOST:PORT with HOST an IPv4 address, [IPv6] or localhost, and PORT 1..65535; ValueError
+    naming what is wrong otherwise."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8000)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{text!r}: an IPv6 address goes in brackets, e.g. [::1]:8000")
+    if host == LOCALHOST:
+        host = "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(
+            f"{text!r}: {host!r} is not an IP address (host names other than localhost are not "
+            "resolved)"
+        ) from None
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
+    return TcpAddress(str(address), int(port))
+
+
+def bind_tcp(address: TcpAddress, key: str) -> socket.socket:
+    """A listening TCP socket on `address`; `key` names the setting in the error. SO_REUSEADDR, so
+    a restarted daemon binds again while its previous connections sit in TIME_WAIT."""
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # [::] means IPv6 only, as the address says
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address.host, address.port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise SocketError(f"cannot listen on {address} ({key}): {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock

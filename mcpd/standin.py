@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 HEAD_BYTES = 8192
@@ -30,12 +30,13 @@ class StandIn:
 
     def __init__(
         self,
-        listener: socket.socket,
+        listeners: Sequence[socket.socket],
         status: Callable[[], dict[str, Any]],
         reason: Callable[[], tuple[str, float]],
         clock: Callable[[], float],
     ) -> None:
-        self.listener = listener
+        self.listeners = {listener.fileno(): listener for listener in listeners}
+        """The Unix socket, and the `[serving] http` listener where there is one."""
         self.status = status
         self.reason = reason
         """Why serving is down, and in how many seconds it is started again."""
@@ -44,11 +45,11 @@ class StandIn:
         self._answered: set[int] = set()
 
     def fds(self) -> list[int]:
-        return [self.listener.fileno(), *self._connections]
+        return [*self.listeners, *self._connections]
 
     def ready(self, fd: int) -> None:
-        if fd == self.listener.fileno():
-            self._accept()
+        if fd in self.listeners:
+            self._accept(self.listeners[fd])
         elif fd in self._connections:
             self._read(fd)
 
@@ -61,10 +62,10 @@ class StandIn:
         for fd in list(self._connections):
             self._drop(fd)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                connection, _ = self.listener.accept()
+                connection, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # out of descriptors and the like: the backlog keeps them

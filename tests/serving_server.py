@@ -45,8 +45,17 @@ def status_document() -> dict[str, Any]:
     }
 
 
-def config(tmp_path: Path, models: list[dict[str, Any]], **daemon: Any) -> Config:
-    return parse({"daemon": {"socket": str(tmp_path / "mcpd.sock"), **daemon}, "models": models})
+def config(
+    tmp_path: Path, models: list[dict[str, Any]], *, http: str = "", **daemon: Any
+) -> Config:
+    """A config serving `models` on a socket in tmp_path (and on TCP at `http`, if given)."""
+    return parse(
+        {
+            "daemon": {"socket": str(tmp_path / "mcpd.sock"), **daemon},
+            "serving": {"http": http},
+            "models": models,
+        }
+    )
 
 
 class Served:

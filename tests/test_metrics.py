@@ -107,14 +107,19 @@ def test_unknown_values_are_absent_not_zero() -> None:
     assert samples(families["mcpd_domain_cap_hertz"])  # the rest of the domain is there
 
 
-def test_estimated_power_headroom_and_the_efficiency_fields() -> None:
+def full_document() -> dict[str, Any]:
+    """The test document with every optional field the exposition reads."""
     document = copy.deepcopy(status_document())
     document["power_estimated"] = True
     document["thermal"] = {"headroom": 0.8, "seconds_to_throttle": 42}
     document["governor"].update(policy="adaptive", profile="quiet", external_cap_changes=2)
     document["serving"] = {"restarts": 3}
     document["inference"] = {"m": {"joules_per_inference": 0.125}}
-    families, _ = scrape(document)
+    return document
+
+
+def test_estimated_power_headroom_and_the_efficiency_fields() -> None:
+    families, _ = scrape(full_document())
     assert samples(families["mcpd_power_watts"]) == {(("estimated", "true"),): 7.25}
     assert samples(families["mcpd_thermal_headroom_ratio"]) == {(): 0.8}
     assert samples(families["mcpd_thermal_time_to_throttle_seconds"]) == {(): 42}

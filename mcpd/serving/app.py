@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +22,7 @@ from mcpd.config import DaemonSection
 from mcpd.serving import codec, metrics, values
 from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
+from mcpd.serving.peers import Peers
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
@@ -61,14 +60,6 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
         return error(f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
-def _peer_uid(request: web.Request) -> int | None:
-    sock = request.transport.get_extra_info("socket") if request.transport else None
-    if sock is None or sock.family != socket.AF_UNIX:
-        return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
 class Endpoints:
     def __init__(
         self,
@@ -82,6 +73,10 @@ class Endpoints:
         self.status = status
         self.bodies = Bodies(daemon)
         self.exposition = metrics.Exposition(status, repository.stats)
+        self.peers = Peers()
+
+    def _peer_uid(self, request: web.Request) -> int | None:
+        return self.peers.uid(request.transport)
 
     def application(self) -> web.Application:
         # Bodies are read by Bodies.read, which applies the limits; aiohttp's own limit is off.
@@ -166,7 +161,7 @@ class Endpoints:
                 request.headers.get("Inference-Header-Content-Length")
             )
             async with self._body(request, header_length) as body:
-                shm = self.shm.peer(_peer_uid(request))
+                shm = self.shm.peer(self._peer_uid(request))
                 decoded = codec.decode(body, header_length, interface, shm)
                 outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
                 payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, shm)
@@ -235,7 +230,7 @@ class Endpoints:
     # -- shared memory ---------------------------------------------------------------------------
 
     async def shm_status(self, request: web.Request) -> web.Response:
-        return reply(self.shm.status(request.match_info.get("region"), _peer_uid(request)))
+        return reply(self.shm.status(request.match_info.get("region"), self._peer_uid(request)))
 
     async def shm_register(self, request: web.Request) -> web.Response:
         body = await self._json_object(request)
@@ -244,14 +239,17 @@ class Endpoints:
             raise RequestError("register needs key (a string)")
         offset = values.integer(body.get("offset", 0), "register: offset")
         size = values.integer(body.get("byte_size"), "register: byte_size")
-        uid = _peer_uid(request)
+        uid = self._peer_uid(request)
         if uid is None:
-            raise RequestError("shared memory registration needs a Unix socket peer")
+            raise RequestError(
+                "shared memory registration needs a client whose user mcpd can tell: one on the "
+                "Unix socket or on a loopback address of [serving] http"
+            )
         self.shm.register(request.match_info["region"], key, offset, size, uid)
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self.shm.unregister(request.match_info.get("region"), _peer_uid(request))
+        self.shm.unregister(request.match_info.get("region"), self._peer_uid(request))
         return web.Response(status=200)
 
     # -- mcpd ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import resource
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mcpd.serving.shm import MAX_REGIONS
 
@@ -47,16 +47,16 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
 
 
 class Acceptor:
-    """Accepts connections on a listening socket for `factory` (aiohttp's server) while fewer than
-    `cap()` are open."""
+    """Accepts connections on the listening sockets (the Unix socket, the `[serving] http` listener)
+    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together."""
 
     def __init__(
         self,
-        sock: socket.socket,
+        socks: Sequence[socket.socket],
         factory: Callable[[], asyncio.BaseProtocol],
         cap: Callable[[], int],
     ) -> None:
-        self.sock = sock
+        self.socks = tuple(socks)
         self.factory = factory
         self.cap = cap
         self.open = 0
@@ -78,19 +78,21 @@ class Acceptor:
 
     def _resume(self) -> None:
         if self._loop is not None and not self._accepting and not self._stopped:
-            self._loop.add_reader(self.sock.fileno(), self._accept)
+            for sock in self.socks:
+                self._loop.add_reader(sock.fileno(), self._accept, sock)
             self._accepting = True
 
     def _pause(self) -> None:
         if self._loop is not None and self._accepting:
-            self._loop.remove_reader(self.sock.fileno())
+            for sock in self.socks:
+                self._loop.remove_reader(sock.fileno())
             self._accepting = False
 
-    def _accept(self) -> None:
+    def _accept(self, sock: socket.socket) -> None:
         assert self._loop is not None
         while self.open < self.cap():
             try:
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:

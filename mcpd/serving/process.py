@@ -1,7 +1,8 @@
 """The serving process: the inference service on the socket the governor holds.
 
 Started by mcpd.supervisor with the listening socket, its end of the socket pair and the shared
-block on descriptors given on the command line (the protocol is mcpd.ipc). It first puts itself
+block on descriptors given on the command line (the protocol is mcpd.ipc), then the log level and,
+where `[serving] http` is set, `http=FD`: the TCP listener the governor holds too. It first puts itself
 below the governor (lower_own_priority), waits for the configuration, serves, forwards events and sends its model statistics once a second, applies the
 configurations the governor sends on reload, and stops on SIGTERM (finishing what it has taken) or
 as soon as the governor's end of the socket pair closes (the governor is gone).
@@ -54,10 +55,17 @@ def lower_own_priority() -> None:
 
 
 class Serving:
-    def __init__(self, channel: Channel, block: SharedBlock, listener: socket.socket) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        block: SharedBlock,
+        listener: socket.socket,
+        http: socket.socket | None = None,
+    ) -> None:
         self.channel = channel
         self.block = block
         self.listener = listener
+        self.http = http
         self.slots: dict[str, int] = {}
         self.service: InferenceService | None = None
         self.stop = asyncio.Event()
@@ -110,7 +118,12 @@ class Serving:
         events = EventBus()
         events.subscribe(self._on_event)
         self.service = InferenceService(
-            first, self.status, self.batch_size, events, listener=Listener(self.listener, None)
+            first,
+            self.status,
+            self.batch_size,
+            events,
+            listener=Listener(self.listener, None),
+            http=self.http,
         )
         await self.service.start()
         self.channel.send({"kind": "ready"})
@@ -141,7 +154,8 @@ class Serving:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4:
+    extra = dict(arg.split("=", 1) for arg in args[4:] if "=" in arg)
+    if len(args) < 4 or len(extra) != len(args) - 4 or set(extra) - {"http"}:
         print(__doc__, file=sys.stderr)
         return 2
     listen_fd, channel_fd, block_fd = (int(arg) for arg in args[:3])
@@ -149,7 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     lower_own_priority()
     listener = socket.socket(fileno=listen_fd)
     listener.setblocking(False)
+    http = socket.socket(fileno=int(extra["http"])) if "http" in extra else None
+    if http is not None:
+        http.setblocking(False)
     serving = Serving(
-        Channel(socket.socket(fileno=channel_fd)), SharedBlock(block_fd, create=False), listener
+        Channel(socket.socket(fileno=channel_fd)),
+        SharedBlock(block_fd, create=False),
+        listener,
+        http,
     )
     return asyncio.run(serving.run())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from aiohttp import web
 
 from mcpd.config import Config
 from mcpd.events import EventBus
-from mcpd.listen import Listener, listen
+from mcpd.listen import Listener, bind_tcp, listen, tcp_address
 from mcpd.optimize.background import Optimizer
 from mcpd.serving.app import Endpoints
 from mcpd.serving.connections import Acceptor, connection_cap
@@ -44,6 +45,7 @@ class InferenceService:
         *,
         shm_root: str = "/dev/shm",
         listener: Listener | None = None,
+        http: socket.socket | None = None,
     ) -> None:
         self.config = config
         self.repository = Repository(
@@ -59,13 +61,19 @@ class InferenceService:
         self._runner: web.AppRunner | None = None
         self._given = listener
         """A socket someone else holds (the governor): used as it is, never bound or removed."""
+        self._given_http = http
+        """The `[serving] http` listener the governor holds, with `listener`."""
         self._listener: Listener | None = None
+        self._http: socket.socket | None = None
 
     async def start(self) -> None:
         """Bind (or take systemd's socket), start serving, start loading models in the background."""
-        self._listener = self._given or listen(
-            self.config.daemon.socket, self.config.daemon.socket_group
-        )
+        if self._given is not None:
+            self._listener, self._http = self._given, self._given_http
+        else:
+            self._listener = listen(self.config.daemon.socket, self.config.daemon.socket_group)
+            http = self.config.serving.http
+            self._http = bind_tcp(tcp_address(http), "[serving] http") if http else None
         self.throttle.install()
         # handler_cancellation: a client that disconnects cancels its handler, which takes its
         # request out of the queue. keepalive_timeout: aiohttp closes a connection that has not
@@ -83,12 +91,15 @@ class InferenceService:
         await runner.setup()
         assert runner.server is not None  # made by setup()
         cap = connection_cap(self.config.daemon.max_connections)
+        listening = [self._listener.sock] + ([self._http] if self._http is not None else [])
         self.connections = Acceptor(
-            self._listener.sock, runner.server, lambda: min(cap, self.config.daemon.max_connections)
+            listening, runner.server, lambda: min(cap, self.config.daemon.max_connections)
         )
         self.connections.start()
         self._runner = runner
         where = self._listener.path or "the socket passed by systemd"
+        if self._http is not None:
+            where += f" and {self.config.serving.http}"
         log.info("serving the Open Inference Protocol on %s", where)
         await self.repository.apply(self.config.models)
 
@@ -109,7 +120,9 @@ class InferenceService:
             if self._listener.path is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._listener.path)
-        self._listener = None
+        if self._http is not None:
+            self._http.close()
+        self._listener = self._http = None
 
     async def reload(self, config: Config) -> None:
         """Models are added, removed or replaced and the request limits apply at once; the socket,
@@ -118,6 +131,8 @@ class InferenceService:
         for key in ("max_request_bytes", "header_timeout_ms"):
             if getattr(config.daemon, key) != getattr(self.config.daemon, key):
                 log.warning("reload: [daemon] %s changes only on restart", key)
+        if config.serving.http != self.config.serving.http:
+            log.warning("reload: [serving] http changes only on restart")
         self.config = config
         self.endpoints.bodies.daemon = config.daemon
         await self.repository.apply(config.models)

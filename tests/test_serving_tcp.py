@@ -1,0 +1,222 @@
+"""The `[serving] http` TCP listener: refused off loopback unless allowed, bound by the governor so it
+outlives serving restarts, the same protocol as the socket, and shared memory only for a client
+whose user the kernel names (docs/serving-protocol.md §8)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcpd import config as config_module
+from mcpd.demo import MODEL
+from mcpd.listen import SocketError, bind_tcp, tcp_address
+from mcpd.serving.peers import Peers
+from tests.mqtt_broker import free_port
+from tests.serving_models import scale
+from tests.serving_server import Served, config
+from tests.test_daemon import RunningDaemon
+from tests.test_supervisor import new_child, serving_pid
+
+
+def parse_serving(**serving: object) -> config_module.Config:
+    return config_module.parse({"serving": serving})
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:8000", "127.1.2.3:80", "[::1]:8000", "localhost:1"])
+def test_a_loopback_address_is_taken(address: str) -> None:
+    assert parse_serving(http=address).serving.http == address
+
+
+def test_http_is_off_by_default() -> None:
+    assert config_module.Config().serving.http == ""
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:8000", "192.168.1.5:8000", "[::]:8000"])
+def test_a_non_loopback_address_is_refused_unless_allowed(address: str) -> None:
+    with pytest.raises(config_module.ConfigError) as refused:
+        parse_serving(http=address)
+    (problem,) = refused.value.problems
+    assert problem.startswith(f"serving: http = {address!r} is not a loopback address")
+    assert "allow_remote_http = true" in problem
+    assert parse_serving(http=address, allow_remote_http=True).serving.http == address
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("8000", "is not HOST:PORT"),
+        ("myhost:8000", "'myhost' is not an IP address"),
+        ("127.0.0.1:0", "the port must be a number from 1 to 65535"),
+        ("127.0.0.1:65536", "the port must be a number from 1 to 65535"),
+        ("127.0.0.1:８０", "the port must be a number"),
+        ("::1:8000", "an IPv6 address goes in brackets"),
+    ],
+)
+def test_a_malformed_address_is_named(address: str, why: str) -> None:
+    with pytest.raises(config_module.ConfigError) as refused:
+        parse_serving(http=address)
+    (problem,) = refused.value.problems
+    assert problem.startswith(f"serving: http: {address!r}") and why in problem
+
+
+def test_a_port_in_use_is_named_with_its_key() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SocketError, match=rf"cannot listen on 127.0.0.1:{port} \(\[serving\] "
+                           r"http\): Address already in use"):  # fmt: skip
+            bind_tcp(tcp_address(f"127.0.0.1:{port}"), "[serving] http")
+
+
+class _Transport:
+    """What Peers reads of an asyncio transport: its socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def get_extra_info(self, name: str) -> object:
+        return self.sock if name == "socket" else None
+
+
+@pytest.mark.parametrize(
+    ("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+)
+def test_a_loopback_tcp_peer_is_the_user_that_made_its_socket(
+    family: int, host: str, tmp_path: Path
+) -> None:
+    listener = bind_tcp(tcp_address(f"{'[::1]' if ':' in host else host}:{free_port()}"), "test")
+    listener.setblocking(True)
+    with listener, socket.socket(family) as client:
+        client.connect(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        with accepted:
+            assert Peers().uid(_Transport(accepted)) == os.getuid()  # type: ignore[arg-type]
+            # A namespace that lists no such connection names nobody.
+            for table in ("tcp", "tcp6"):
+                (tmp_path / table).write_text("  sl  local_address rem_address   st\n")
+            assert Peers(str(tmp_path)).uid(_Transport(accepted)) is None  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def over_tcp(tmp_path: Path) -> Iterator[tuple[Served, int]]:
+    port = free_port()
+    model = {"name": "m", "path": str(scale(tmp_path / "scale.onnx"))}
+    served = Served(config(tmp_path, [model], http=f"127.0.0.1:{port}"))
+    served.wait_settled()
+    yield served, port
+    served.close()
+
+
+def request(port: int, method: str, path: str, body: object = None) -> tuple[int, object]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        connection.request(method, path, body=data)
+        response = connection.getresponse()
+        text = response.read()
+        return response.status, json.loads(text) if text else None
+    finally:
+        connection.close()
+
+
+def test_the_socket_and_the_tcp_listener_serve_the_same(over_tcp: tuple[Served, int]) -> None:
+    served, port = over_tcp
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+    status, answer = request(port, "POST", "/v2/models/m/infer", body)
+    assert status == 200 and isinstance(answer, dict)
+    assert answer["outputs"][0]["data"] == [2, 4, 6, 8]
+    with served.client() as client:
+        doubled = client.infer("m", {"x": np.array([[1, 2, 3, 4]], np.float32)})["double"]
+    np.testing.assert_array_equal(doubled, [[2, 4, 6, 8]])
+    assert request(port, "GET", "/v2/models/nope")[0] == 404
+
+
+def _shm_object(uid: int) -> tuple[str, Path]:
+    key = f"mcpd-tcp-test-{os.getpid()}-{uid}-{time.monotonic_ns()}"
+    path = Path("/dev/shm") / key
+    path.write_bytes(bytes(64))
+    os.chown(path, uid, -1)
+    return key, path
+
+
+REGISTER = """
+import http.client, json, sys
+port, key = int(sys.argv[1]), sys.argv[2]
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+c.request("POST", "/v2/systemsharedmemory/region/r-" + key + "/register",
+          json.dumps({"key": key, "byte_size": 64}))
+r = c.getresponse()
+print(r.status, r.read().decode())
+"""
+
+
+def _register_as(uid: int, port: int, key: str) -> str:
+    # The system's interpreter: the test's may sit where another user cannot reach it.
+    done = subprocess.run([SYSTEM_PYTHON, "-c", REGISTER, str(port), key], user=uid, cwd="/",
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # tests/run installs it (python3)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
+def test_over_tcp_a_user_registers_only_its_own_shared_memory(
+    over_tcp: tuple[Served, int],
+) -> None:
+    _, port = over_tcp
+    user = 12345
+    own, own_path = _shm_object(user)
+    roots, roots_path = _shm_object(0)
+    try:
+        assert _register_as(user, port, own) == "200"
+        refused = _register_as(user, port, roots)
+        assert refused.startswith("400") and "belongs to another user" in refused
+        # Root sees every region (the rule of the Unix socket too).
+        assert [r["key"] for r in request(port, "GET", "/v2/systemsharedmemory/status")[1]] == [own]  # type: ignore[union-attr]
+    finally:
+        own_path.unlink()
+        roots_path.unlink()
+
+
+def test_the_governor_holds_the_tcp_listener_across_serving_restarts(tmp_path: Path) -> None:
+    port = free_port()
+    sock = tmp_path / "mcpd.sock"
+    daemon = RunningDaemon(
+        tmp_path,
+        f'[daemon]\nsocket = "{sock}"\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[serving]\nhttp = "127.0.0.1:{port}"\n'
+        f'[[models]]\nname = "demo"\npath = "{MODEL}"\n',
+    )
+    try:
+        daemon.wait_for(lambda: _ready_over_tcp(port), 60)
+        child = serving_pid(sock)
+        os.kill(child, signal.SIGKILL)
+        new_child(daemon, sock, child)
+        status, document = request(port, "GET", "/v2/mcpd/status")
+        assert status == 200 and isinstance(document, dict)
+        assert document["serving"]["restarts"] == 1
+        assert document["serving"]["pid"] not in (None, child)
+        assert f"serving the Open Inference Protocol on {sock} and 127.0.0.1:{port}" in (
+            daemon.log.read_text()
+        )
+    finally:
+        daemon.close()
+
+
+def _ready_over_tcp(port: int) -> bool:
+    try:
+        return request(port, "GET", "/v2/models/demo/ready")[0] == 200
+    except OSError:
+        return False
