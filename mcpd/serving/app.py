@@ -105,6 +105,12 @@ class Endpoints:
         )
         return app
 
+    def metrics_application(self) -> web.Application:
+        """The `[metrics] listen` port: GET /metrics and nothing else (404 names the one path)."""
+        app = web.Application(middlewares=[protocol_errors])
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
     # -- health and metadata ---------------------------------------------------------------------
 
     async def server_metadata(self, request: web.Request) -> web.Response:
