@@ -22,7 +22,8 @@ from mcpd.demo import MODEL
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
-FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite")
+FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite", "prometheus_client")
+"""Never in the governor process; prometheus_client alone would cost it 10.4 MB (docs/metrics.md)."""
 
 
 def slow_model(path: Path, layers: int = 60, size: int = 1024) -> Path:
