@@ -2,7 +2,8 @@
 
 The control loop publishes a new `Snapshot` after every decision (a reference swap, so readers on
 other threads never see a half-updated one); the inference server and the telemetry publisher read
-the newest one. `ModelStats` come from the inference server.
+the newest one. `ModelStats` come from the inference server; their `statistics` (Triton's counts
+and the latency histograms, mcpd.serving.statistics) stay in the serving process.
 """
 
 from __future__ import annotations
@@ -60,12 +61,86 @@ class Snapshot:
     policy: str = "hysteresis"
 
 
+LATENCY_BUCKETS_S = tuple(0.0001 * 2**k for k in range(14))
+"""Upper bounds of the latency histograms: 100 µs, 200 µs … 819.2 ms, doubling (then +Inf): a
+1 ms model's requests and a 500 ms one's each spread over several buckets."""
+
+
+@dataclass(frozen=True)
+class Duration:
+    """Triton's $duration_stat: how many times, and their total in nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Triton's $batch_stat: the runs of one batch size (each duration's count is the runs)."""
+
+    batch_size: int
+    compute_input: Duration
+    compute_infer: Duration
+    compute_output: Duration
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram as Prometheus exposes one: `buckets[i]` counts the observations
+    <= LATENCY_BUCKETS_S[i], the last one all of them (+Inf)."""
+
+    buckets: tuple[int, ...] = (0,) * (len(LATENCY_BUCKETS_S) + 1)
+    sum_s: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return self.buckets[-1]
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """One model's statistics since it was first configured, as Triton's statistics extension
+    counts them (docs/serving-protocol.md §8.3); warm-up runs at load are not counted.
+
+    - inference_count: batch rows run (a request of batch 8 counts 8); execution_count: batches
+      run (requests the batcher put together count once). Both only for batches that succeeded.
+    - last_inference_ms: Unix time, ms, of the last successful request (0: none yet).
+    - success / fail: requests answered / failed (any error after the model was found ready,
+      a bad request included), with their time from arrival to the response.
+    - queue: successful requests' time from entering the model's queue to their batch being taken.
+    - compute_input: joining the batch's inputs; compute_infer: running the model (padding a fixed
+      batch included); compute_output: splitting its outputs among the requests. Per successful
+      request each is its batch's time, as Triton reports a batch's compute for every request in
+      it; `batches` has them per batch size and run.
+    - request_latency / queue_latency / compute_latency: histograms of the successful requests'
+      success, queue and compute (input + infer + output) times, for Prometheus.
+    """
+
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    success: Duration = Duration()
+    fail: Duration = Duration()
+    queue: Duration = Duration()
+    compute_input: Duration = Duration()
+    compute_infer: Duration = Duration()
+    compute_output: Duration = Duration()
+    batches: tuple[BatchStats, ...] = ()
+    """Ordered by batch size."""
+    request_latency: Histogram = Histogram()
+    queue_latency: Histogram = Histogram()
+    compute_latency: Histogram = Histogram()
+
+
 @dataclass(frozen=True)
 class ModelStats:
     ready: bool
     requests: int = 0
+    """Requests answered, errors included (statistics' success + fail)."""
     errors: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
     queue_depth: int = 0
     detail: Mapping[str, object] = field(default_factory=dict)
+    statistics: Statistics | None = None
+    """The serving process's own; not sent to the governor (mcpd.serving.process)."""

@@ -50,7 +50,12 @@ def test_server_and_model_metadata(served: Served) -> None:
         assert client.server_metadata() == {
             "name": "mcpd",
             "version": "0.1.0",
-            "extensions": ["binary_tensor_data", "system_shared_memory"],
+            "extensions": [
+                "binary_tensor_data",
+                "system_shared_memory",
+                "statistics",
+                "model_configuration",
+            ],
         }
         meta = client.model_metadata("m")
         assert meta == {

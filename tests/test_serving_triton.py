@@ -1,5 +1,6 @@
-"""The real tritonclient[http] package, unchanged, against mcpd: it cannot dial a Unix socket, so
-socat bridges a loopback TCP port to mcpd's socket (as a user would)."""
+"""The real tritonclient[http] package, unchanged, against mcpd: it cannot dial a Unix socket, so it
+talks to the `[serving] http` listener, or to a socat bridge from a loopback port to the socket (as
+a user without the listener would)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.mqtt_broker import free_port
 from tests.serving_models import mixed, scale
 from tests.serving_server import Served, config
 
@@ -21,23 +23,27 @@ shm = pytest.importorskip("tritonclient.utils.shared_memory")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def triton(tmp_path: Path) -> Iterator[httpclient.InferenceServerClient]:
-    if shutil.which("socat") is None:
-        pytest.fail("socat is missing: tests/run installs it")
+@pytest.fixture(params=["listener", "socat"])
+def triton(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[httpclient.InferenceServerClient]:
     models = [
-        {"name": "m", "path": str(scale(tmp_path / "scale.onnx"))},
+        {"name": "m", "path": str(scale(tmp_path / "scale.onnx")), "max_queue_delay_ms": 0.5},
         {"name": "mixed", "path": str(mixed(tmp_path / "mixed.onnx"))},
     ]
+    port = free_port()
+    if request.param == "listener":
+        served = Served(config(tmp_path, models, http=f"127.0.0.1:{port}"))
+        served.wait_settled()
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        yield client
+        client.close()
+        served.close()
+        return
+    if shutil.which("socat") is None:
+        pytest.fail("socat is missing: tests/run installs it")
     served = Served(config(tmp_path, models))
     served.wait_settled()
-    port = _free_port()
     bridge = subprocess.Popen(
         [
             "socat",
@@ -122,8 +128,12 @@ def test_system_shared_memory_in_and_out(triton: httpclient.InferenceServerClien
         out = httpclient.InferRequestedOutput("double", binary_data=True)
         out.set_shared_memory("tensors", x.nbytes, offset=x.nbytes)
         result = triton.infer("m", [inp], outputs=[out])
-        params = result.get_output("double")["parameters"]
-        assert params["shared_memory_region"] == "tensors"
+        # As Triton answers: no data and no parameters for an output in shared memory.
+        assert result.get_output("double") == {
+            "name": "double",
+            "datatype": "FP32",
+            "shape": [3, 4],
+        }
         doubled = shm.get_contents_as_numpy(region, np.float32, [3, 4], offset=x.nbytes)
         np.testing.assert_array_equal(doubled, x * 2)
         with pytest.raises(InferenceServerException, match="already registered"):
@@ -132,3 +142,59 @@ def test_system_shared_memory_in_and_out(triton: httpclient.InferenceServerClien
         assert triton.get_system_shared_memory_status() == []
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+def test_statistics_count_rows_and_batches_as_triton_does(
+    triton: httpclient.InferenceServerClient,
+) -> None:
+    assert "statistics" in triton.get_server_metadata()["extensions"]
+    before = triton.get_inference_statistics("m")["model_stats"][0]
+    assert (before["name"], before["version"], before["inference_count"]) == ("m", "1", 0)
+    for rows in (3, 1):
+        inp = httpclient.InferInput("x", [rows, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((rows, 4), np.float32))
+        triton.infer("m", [inp])
+    (stats,) = triton.get_inference_statistics("m")["model_stats"]
+    assert (stats["inference_count"], stats["execution_count"]) == (4, 2)
+    inference = stats["inference_stats"]
+    assert inference["success"]["count"] == 2 and inference["fail"]["count"] == 0
+    for part in ("queue", "compute_input", "compute_infer", "compute_output"):
+        assert inference[part]["count"] == 2, part
+    assert inference["success"]["ns"] > inference["compute_infer"]["ns"] > 0
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [
+        (1, 1), (3, 1),
+    ]  # fmt: skip
+    assert stats["last_inference"] > 0
+    every = triton.get_inference_statistics()["model_stats"]
+    assert [s["name"] for s in every] == ["m", "mixed"]
+    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+        triton.get_inference_statistics("nope")
+
+
+def test_model_configuration_as_triton_describes_it(
+    triton: httpclient.InferenceServerClient,
+) -> None:
+    assert "model_configuration" in triton.get_server_metadata()["extensions"]
+    config = triton.get_model_config("m")
+    assert {k: config[k] for k in ("name", "platform", "backend", "max_batch_size")} == {
+        "name": "m", "platform": "onnxruntime_onnx", "backend": "onnxruntime", "max_batch_size": 8,
+    }  # fmt: skip
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [
+        ("x", "TYPE_FP32", [4])
+    ]
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["output"]] == [
+        ("double", "TYPE_FP32", [4]), ("total", "TYPE_FP32", []),
+    ]  # fmt: skip
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 500
+    mixed_types = {t["name"]: t["data_type"] for t in triton.get_model_config("mixed")["input"]}
+    assert mixed_types == {"a": "TYPE_INT64", "b": "TYPE_UINT8", "flag": "TYPE_BOOL"}
+
+
+def test_cuda_shared_memory_is_answered_as_by_a_server_without_cuda(
+    triton: httpclient.InferenceServerClient,
+) -> None:
+    assert triton.get_cuda_shared_memory_status() == []
+    triton.unregister_cuda_shared_memory()
+    triton.unregister_cuda_shared_memory("anything")
+    with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory"):
+        triton.get_cuda_shared_memory_status("anything")

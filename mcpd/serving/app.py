@@ -19,17 +19,18 @@ from aiohttp import web
 
 from mcpd import __version__
 from mcpd.config import DaemonSection
-from mcpd.serving import codec, metrics, values
+from mcpd.serving import codec, metrics, model_reports, values
 from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.peers import Peers
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
+from mcpd.serving.statistics import Timing
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
 
 log = logging.getLogger("mcpd.serving")
 
-EXTENSIONS = ["binary_tensor_data", "system_shared_memory"]
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "statistics", "model_configuration"]
 JSON = "application/json"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -84,10 +85,15 @@ class Endpoints:
         model = "/v2/models/{name}"
         versioned = "/v2/models/{name}/versions/{version}"
         shm = "/v2/systemsharedmemory"
+        cuda = "/v2/cudasharedmemory"
         app.router.add_routes(
             [
                 # The inference routes first: the router tries routes in order.
                 *(web.post(f"{prefix}/infer", self.infer) for prefix in (model, versioned)),
+                # Before model metadata, which would take "stats" for a model's name.
+                web.get("/v2/models/stats", self.all_stats),
+                *(web.get(f"{prefix}/stats", self.model_stats) for prefix in (model, versioned)),
+                *(web.get(f"{prefix}/config", self.model_config) for prefix in (model, versioned)),
                 web.get("/v2", self.server_metadata),
                 web.get("/v2/health/live", self.live),
                 web.get("/v2/health/ready", self.ready),
@@ -99,6 +105,11 @@ class Endpoints:
                 web.post(f"{shm}/region/{{region}}/register", self.shm_register),
                 web.post(f"{shm}/unregister", self.shm_unregister),
                 web.post(f"{shm}/region/{{region}}/unregister", self.shm_unregister),
+                web.get(f"{cuda}/status", self.cuda_status),
+                web.get(f"{cuda}/region/{{region}}/status", self.cuda_status),
+                web.post(f"{cuda}/region/{{region}}/register", self.cuda_register),
+                web.post(f"{cuda}/unregister", self.cuda_unregister),
+                web.post(f"{cuda}/region/{{region}}/unregister", self.cuda_unregister),
                 web.get("/v2/mcpd/status", self.mcpd_status),
                 web.get("/metrics", self.metrics),
             ]
@@ -154,6 +165,22 @@ class Endpoints:
             ]
         )
 
+    # -- Triton's statistics and model configuration (docs/serving-protocol.md §8.3, §8.4) --------
+
+    async def all_stats(self, request: web.Request) -> web.Response:
+        entries = self.repository.entries.items()
+        return reply(model_reports.all_stats({n: e.statistics.snapshot() for n, e in entries}))
+
+    async def model_stats(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry = self.repository.get(name, request.match_info.get("version"))
+        return reply(model_reports.all_stats({name: entry.statistics.snapshot()}))
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        entry, worker = self.repository.serving(name, request.match_info.get("version"))
+        return reply(model_reports.model_config(entry.config, worker.backend))
+
     # -- inference -------------------------------------------------------------------------------
 
     async def infer(self, request: web.Request) -> web.Response:
@@ -169,14 +196,14 @@ class Endpoints:
             async with self._body(request, header_length) as body:
                 shm = self.shm.peer(self._peer_uid(request))
                 decoded = codec.decode(body, header_length, interface, shm)
-                outputs = await self._run(worker, decoded, entry.config.timeout_ms, started)
+                outputs, timing = await self._run(worker, decoded, entry.config.timeout_ms, started)
                 payload, json_length = codec.encode(name, decoded, outputs, interface.outputs, shm)
         except RequestError:
-            entry.requests += 1
-            entry.errors += 1
+            entry.statistics.failed(round((time.monotonic() - started) * 1e9))
             raise
-        entry.requests += 1
-        entry.latencies.add((time.monotonic() - started) * 1000)
+        elapsed = time.monotonic() - started
+        entry.statistics.succeeded(round(elapsed * 1e9), timing)
+        entry.latencies.add(elapsed * 1000)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)
         return web.Response(
@@ -212,7 +239,8 @@ class Endpoints:
 
     async def _run(
         self, worker: ModelWorker, decoded: codec.InferRequest, timeout_ms: int, started: float
-    ) -> Outputs:
+    ) -> tuple[Outputs, Timing]:
+        """The outputs, and what the request spent in the worker."""
         timeouts = [t for t in (timeout_ms * 1000, decoded.timeout_us) if t]
         timeout = min(timeouts) / 1e6 if timeouts else None
         future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
@@ -221,9 +249,7 @@ class Endpoints:
         )
         worker.submit(pending)
         try:
-            if timeout is None:
-                return await future
-            return await asyncio.wait_for(future, timeout)
+            outputs = await (future if timeout is None else asyncio.wait_for(future, timeout))
         except asyncio.TimeoutError:
             worker.cancel(pending)
             raise RequestError(
@@ -232,6 +258,8 @@ class Endpoints:
         except asyncio.CancelledError:  # the client disconnected
             worker.cancel(pending)
             raise
+        assert pending.timing is not None  # set by the worker before it answers
+        return outputs, pending.timing
 
     # -- shared memory ---------------------------------------------------------------------------
 
@@ -256,6 +284,21 @@ class Endpoints:
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
         self.shm.unregister(request.match_info.get("region"), self._peer_uid(request))
+        return web.Response(status=200)
+
+    # CUDA shared memory (§8.5): answered as a Triton without CUDA memory answers, because
+    # perf_analyzer unregisters all of it at start and end, whatever --shared-memory says.
+
+    async def cuda_status(self, request: web.Request) -> web.Response:
+        region = request.match_info.get("region")
+        if region is not None:
+            raise RequestError(f"Unable to find cuda shared memory region: {region!r}", 404)
+        return reply([])
+
+    async def cuda_register(self, request: web.Request) -> web.Response:
+        raise RequestError("CUDA shared memory is not supported: mcpd has no CUDA memory", 501)
+
+    async def cuda_unregister(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     # -- mcpd ------------------------------------------------------------------------------------

@@ -265,11 +265,9 @@ def encode(
             "shape": list(array.shape),
         }
         if want.shm is not None:
+            # Name, datatype and shape only, as Triton answers (docs/serving-protocol.md §8.5):
+            # perf_analyzer fails on a parameters object here.
             shm.write(want.shm, array)
-            item["parameters"] = {
-                "shared_memory_region": want.shm.region,
-                "shared_memory_byte_size": array.nbytes,
-            }
         elif want.binary:
             blobs.append(array.tobytes())
             item["parameters"] = {"binary_data_size": array.nbytes}

@@ -140,7 +140,10 @@ class Serving:
     async def _send_stats(self) -> None:
         while True:
             assert self.service is not None
-            models = {n: dataclasses.asdict(s) for n, s in self.service.stats().items()}
+            models = {
+                name: dataclasses.asdict(dataclasses.replace(stats, statistics=None))
+                for name, stats in self.service.stats().items()
+            }
             self.channel.send({"kind": "stats", "models": models})
             await asyncio.sleep(STATS_S)
 

@@ -27,6 +27,7 @@ from mcpd.optimize.background import Built, Optimizer
 from mcpd.serving import backends
 from mcpd.serving.codec import VERSION, Interface
 from mcpd.serving.errors import LoadError, RequestError
+from mcpd.serving.statistics import Recorder
 from mcpd.serving.worker import ModelWorker, lower_priority
 from mcpd.state import ModelStats
 
@@ -64,8 +65,8 @@ class Entry:
     worker: ModelWorker | None = None
     interface: Interface | None = None
     error: str | None = None
-    requests: int = 0
-    errors: int = 0
+    statistics: Recorder = field(default_factory=Recorder)
+    """Kept across reloads of the model: its counts since it was first configured."""
     latencies: Latencies = field(default_factory=Latencies)
     optimized: dict[str, object] | None = None
     """What serves when `optimize` is on: precision, speedup and accuracy of the swapped-in model."""
@@ -180,6 +181,7 @@ class Repository:
             preferred=model.preferred_batch_sizes,
             batch_size=lambda: self.batch_size(model.name),
             loop=loop,
+            statistics=entry.statistics,
         )
         old, entry.worker = entry.worker, worker
         entry.interface = Interface(backend.inputs, backend.outputs, model.max_batch, self.limit)
@@ -260,6 +262,11 @@ def _file_identity(path: str) -> tuple[int, ...] | None:
 
 def _stats(entry: Entry) -> ModelStats:
     p50, p99 = entry.latencies.percentiles()
+    statistics = entry.statistics.snapshot()
+    runs = statistics.execution_count
+    busy_ns = sum(
+        b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in statistics.batches
+    )
     worker = entry.worker
     detail: dict[str, object] = {"state": entry.state, "path": entry.config.path}
     if entry.error:
@@ -270,16 +277,17 @@ def _stats(entry: Entry) -> ModelStats:
         backend = worker.backend
         detail.update(backend=backend.kind, fixed_batch=backend.fixed_batch, **backend.detail)
         detail.update(
-            batches=worker.batches,
-            avg_batch=round(worker.rows / worker.batches, 2) if worker.batches else None,
-            busy_s=round(worker.busy_s, 3),
+            batches=runs,
+            avg_batch=round(statistics.inference_count / runs, 2) if runs else None,
+            busy_s=round(busy_ns / 1e9, 3),
         )
     return ModelStats(
         ready=worker is not None,
-        requests=entry.requests,
-        errors=entry.errors,
+        requests=statistics.success.count + statistics.fail.count,
+        errors=statistics.fail.count,
         p50_ms=p50,
         p99_ms=p99,
         queue_depth=worker.depth if worker is not None else 0,
         detail=detail,
+        statistics=statistics,
     )

@@ -23,6 +23,7 @@ import numpy as np
 from mcpd.serving.backends import Backend
 from mcpd.serving.batching import Queued, RecentPeak, decide
 from mcpd.serving.errors import RequestError
+from mcpd.serving.statistics import Recorder, Timing
 
 log = logging.getLogger("mcpd.serving")
 
@@ -48,7 +49,9 @@ Outputs = list[np.ndarray]
 class Pending:
     """A decoded request waiting for its batch. Owned by the event loop until queued."""
 
-    __slots__ = ("arrived", "cancelled", "deadline", "future", "inputs", "key", "rows")
+    __slots__ = (
+        "arrived", "cancelled", "deadline", "future", "inputs", "key", "queued", "rows", "timing",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -64,6 +67,10 @@ class Pending:
         self.arrived = arrived
         self.deadline = deadline
         self.cancelled = False
+        self.queued = arrived
+        """When it entered the queue (the worker's clock)."""
+        self.timing: Timing | None = None
+        """Set by the worker with the answer."""
 
 
 def run_batch(backend: Backend, inputs: Sequence[np.ndarray], rows: int) -> Outputs:
@@ -110,6 +117,7 @@ class ModelWorker:
         preferred: Sequence[int],
         batch_size: Callable[[], int],
         loop: asyncio.AbstractEventLoop,
+        statistics: Recorder | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
@@ -121,9 +129,7 @@ class ModelWorker:
         self.batch_size = batch_size
         self.loop = loop
         self.clock = clock
-        self.batches = 0
-        self.rows = 0
-        self.busy_s = 0.0
+        self.statistics = Recorder() if statistics is None else statistics
         self._queue: deque[Pending] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._closing = False
@@ -147,6 +153,7 @@ class ModelWorker:
                     "retry later",
                     503,
                 )
+            pending.queued = self.clock()
             self._queue.append(pending)
             self._in_system += pending.rows
             self._peak.see(self._in_system, self.clock())
@@ -217,20 +224,24 @@ class ModelWorker:
                 inputs = [
                     np.concatenate(parts) for parts in zip(*(p.inputs for p in batch), strict=True)
                 ]
+            joined = self.clock()
             outputs = run_batch(self.backend, inputs, rows)
         except Exception as exc:
             log.exception("model %s failed on a batch of %d", self.name, rows)
             self._finished(rows)
             self._post(_fail, batch, RequestError(f"model {self.name!r} failed: {exc}", 500))
             return
+        ran = self.clock()
         results = []
         start = 0
         for pending in batch:
             results.append([output[start : start + pending.rows] for output in outputs])
             start += pending.rows
-        self.batches += 1
-        self.rows += rows
-        self.busy_s += self.clock() - started
+        split = self.clock()
+        compute = (_ns(joined - started), _ns(ran - joined), _ns(split - ran))
+        for pending in batch:
+            pending.timing = Timing(_ns(started - pending.queued), *compute)
+        self.statistics.executed(rows, *compute)
         self._finished(rows)
         self._post(_deliver, batch, results)
 
@@ -243,6 +254,10 @@ class ModelWorker:
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody waits any more
             self.loop.call_soon_threadsafe(callback, *args)
+
+
+def _ns(seconds: float) -> int:
+    return max(0, round(seconds * 1e9))
 
 
 def _deliver(batch: list[Pending], results: list[Outputs]) -> None:
