@@ -14,11 +14,23 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpd.serving.metrics import GOVERNOR_STATES, Exposition
-from mcpd.state import ModelStats
+from mcpd.serving.statistics import Recorder, Timing
+from mcpd.state import ModelStats, Statistics
 from tests.serving_server import status_document
 
+
+def recorded() -> Statistics:
+    """A real recorder's snapshot: one batch of 3 rows, three requests answered, one failed."""
+    recorder = Recorder(wall=lambda: 1.7e9)
+    recorder.executed(3, input_ns=10_000, infer_ns=1_000_000, output_ns=5_000)
+    for request_ns, queue_ns in ((1_500_000, 300_000), (2_500_000, 150_000), (50_000_000, 0)):
+        recorder.succeeded(request_ns, Timing(queue_ns, 10_000, 1_000_000, 5_000))
+    recorder.failed(400_000)
+    return recorder.snapshot()
+
+
 STATS = {
-    "m": ModelStats(True, requests=7, errors=2, queue_depth=3, detail={"batches": 4}),
+    "m": ModelStats(True, requests=4, errors=1, queue_depth=3, statistics=recorded()),
     "broken": ModelStats(False),
 }
 
@@ -69,9 +81,10 @@ def test_governor_state_is_one_series_per_state() -> None:
 def test_model_counters_and_gauges() -> None:
     families, _ = scrape(status_document())
     for name, want in (
-        ("mcpd_inference_requests", {"m": 7, "broken": 0}),
-        ("mcpd_inference_errors", {"m": 2, "broken": 0}),
-        ("mcpd_inference_batches", {"m": 4}),
+        ("mcpd_inference_requests", {"m": 4, "broken": 0}),
+        ("mcpd_inference_errors", {"m": 1, "broken": 0}),
+        ("mcpd_inference_batches", {"m": 1}),
+        ("mcpd_inference_rows", {"m": 3}),
     ):
         family = families[name]  # the parser names a counter without its _total
         assert family.type == "counter"
@@ -84,6 +97,35 @@ def test_model_counters_and_gauges() -> None:
     assert samples(families["mcpd_inference_queued_requests"])[(("model", "m"),)] == 3
 
 
+def buckets(family: Metric, model: str) -> dict[str, float]:
+    return {
+        s.labels["le"]: s.value
+        for s in family.samples
+        if s.name.endswith("_bucket") and s.labels["model"] == model
+    }
+
+
+def test_latency_histograms_in_seconds_with_cumulative_buckets() -> None:
+    families, _ = scrape(status_document())
+    request = families["mcpd_inference_request_duration_seconds"]
+    assert request.type == "histogram"
+    counts = buckets(request, "m")
+    assert list(counts) == [*(f"{0.0001 * 2**k:.4f}".rstrip("0") for k in range(14)), "+Inf"]
+    values = list(counts.values())
+    assert values == sorted(values)  # cumulative
+    # 1.5 ms, 2.5 ms and 50 ms: the first bucket holding each is 1.6 ms, 3.2 ms and 51.2 ms.
+    assert (counts["0.0008"], counts["0.0016"], counts["0.0032"], counts["0.0256"]) == (0, 1, 2, 2)
+    assert (counts["0.0512"], counts["+Inf"]) == (3, 3)
+    totals = {s.name: s.value for s in request.samples if s.labels == {"model": "m"}}
+    assert totals["mcpd_inference_request_duration_seconds_count"] == 3  # the failure is not
+    assert totals["mcpd_inference_request_duration_seconds_sum"] == pytest.approx(0.054)
+    queue = buckets(families["mcpd_inference_queue_duration_seconds"], "m")
+    assert (queue["0.0001"], queue["0.0002"], queue["0.0004"], queue["+Inf"]) == (1, 2, 3, 3)
+    compute = buckets(families["mcpd_inference_compute_duration_seconds"], "m")
+    assert (compute["0.0008"], compute["0.0016"]) == (0, 3)  # 1.015 ms, the batch's, each
+    assert not buckets(request, "broken")  # not loaded: no statistics, no series
+
+
 def test_openmetrics_when_asked_for_with_units() -> None:
     accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
     families, content_type = scrape(status_document(), accept)
@@ -93,6 +135,7 @@ def test_openmetrics_when_asked_for_with_units() -> None:
     assert units["mcpd_power_watts"] == "watts"
     assert units["mcpd_domain_cap_hertz"] == "hertz"
     assert units["mcpd_daemon_resident_memory_bytes"] == "bytes"
+    assert units["mcpd_inference_request_duration_seconds"] == "seconds"
     assert families["mcpd_inference_requests"].type == "counter"
 
 

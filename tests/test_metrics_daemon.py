@@ -103,6 +103,15 @@ def test_the_socket_scrape_matches_the_status_document(
     assert value(found["mcpd_model_ready"], model="demo") == 1
     assert found["mcpd_inference_requests"].type == "counter"
     assert value(found["mcpd_serving_restarts"]) == document["serving"]["restarts"] == 0
+    for phase in ("request", "queue", "compute"):
+        histogram = found[f"mcpd_inference_{phase}_duration_seconds"]
+        assert histogram.type == "histogram"
+        samples = [s for s in histogram.samples if s.labels.get("model") == "demo"]
+        counts = [s.value for s in samples if s.name.endswith("_bucket")]
+        assert len(counts) == 15 and counts == sorted(counts)  # cumulative, up to +Inf
+        assert counts[-1] == REQUESTS
+        (total,) = [s.value for s in samples if s.name.endswith("_count")]
+        assert total == REQUESTS
 
 
 def test_the_tcp_port_serves_the_same_metrics_and_nothing_else(

@@ -16,12 +16,14 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
-from mcpd.state import ModelStats
+from mcpd.state import LATENCY_BUCKETS_S, Histogram, ModelStats
 
 PREFIX = "mcpd_"
 GOVERNOR_STATES = (
@@ -36,6 +38,15 @@ GOVERNOR_STATES = (
 """Every state the governor reports (README, "The governor and the control loop"): each is a series
 of mcpd_governor_state, 1 for the one in force, so a state that is not in force reads 0, not absent."""
 HERTZ_PER_MHZ = 1e6
+LATENCIES = (
+    ("request", "time from arrival to answer."),
+    ("queue", "time in the model's queue, until their batch was taken."),
+    ("compute", "batch's compute time: joining inputs, running the model, splitting outputs."),
+)
+"""The latency histograms, from the statistics recorder (mcpd.serving.statistics): buckets of
+100 µs doubling to 819.2 ms, then +Inf."""
+BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf"]
+"""Each bucket's `le` label, written as Prometheus writes floats."""
 
 Rows = list[tuple[list[str], Any]]
 
@@ -204,11 +215,18 @@ def model_families(
         ["model"],
         [([m], s.errors) for m, s in stats.items()],
     )
+    counted = {m: s.statistics for m, s in stats.items() if s.statistics is not None}
     yield _counter(
         "inference_batches",
-        "Batches run.",
+        "Batches run (Triton's execution_count).",
         ["model"],
-        [([m], s.detail.get("batches")) for m, s in stats.items()],
+        [([m], c.execution_count) for m, c in counted.items()],
+    )
+    yield _counter(
+        "inference_rows",
+        "Batch rows run: a request of 8 rows counts 8 (Triton's inference_count).",
+        ["model"],
+        [([m], c.inference_count) for m, c in counted.items()],
     )
     yield _gauge(
         "inference_queued_requests",
@@ -224,6 +242,19 @@ def model_families(
         ["model"],
         [([m], fields.get("joules_per_inference")) for m, fields in inference.items()],
     )
+    for phase, help in LATENCIES:
+        family = HistogramMetricFamily(
+            f"{PREFIX}inference_{phase}_duration_seconds",
+            f"Successful requests' {help}",
+            labels=["model"],
+            unit="seconds",
+        )
+        for model, counts in counted.items():
+            histogram: Histogram = getattr(counts, f"{phase}_latency")
+            family.add_metric(
+                [model], list(zip(BOUNDS, histogram.buckets, strict=True)), histogram.sum_s
+            )
+        yield family
 
 
 class StatusCollector:
