@@ -51,20 +51,20 @@ BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf"]
 Rows = list[tuple[list[str], Any]]
 
 
-def _gauge(name: str, help: str, unit: str, labels: list[str], rows: Rows) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(PREFIX + name, help, labels=labels, unit=unit)
+def _filled(family: GaugeMetricFamily | CounterMetricFamily, rows: Rows) -> Metric:
+    """`family` with a sample per row that has a number (a null in the status is no sample)."""
     for values, value in rows:
         if isinstance(value, (int, float)):
             family.add_metric(values, float(value))
     return family
 
 
-def _counter(name: str, help: str, labels: list[str], rows: Rows) -> CounterMetricFamily:
-    family = CounterMetricFamily(PREFIX + name, help, labels=labels)
-    for values, value in rows:
-        if isinstance(value, (int, float)):
-            family.add_metric(values, float(value))
-    return family
+def _gauge(name: str, help: str, unit: str, labels: list[str], rows: Rows) -> Metric:
+    return _filled(GaugeMetricFamily(PREFIX + name, help, labels=labels, unit=unit), rows)
+
+
+def _counter(name: str, help: str, labels: list[str], rows: Rows) -> Metric:
+    return _filled(CounterMetricFamily(PREFIX + name, help, labels=labels), rows)
 
 
 def _hertz(mhz: object) -> int | None:
