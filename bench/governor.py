@@ -1,7 +1,7 @@
 """The governor with serving in a process of its own: its loop timing in four conditions, a serving
 process killed under full load, and the governor's memory and idle CPU.
 
-    .venv/bin/python bench/governor.py [--seconds 40] [--baseline-tree DIR]
+    .venv/bin/python bench/governor.py [--seconds 40] [--baseline-tree DIR] [--only footprint]
 
 Each run is the real `mcpd run` governing a simulated Orin Nano (the simulator in a process of its
 own, as the hardware would be) and serving a ResNet-50-shaped model; the figures are the governor's
@@ -13,15 +13,18 @@ runs so that both see the same machine.
 
 Then, in this tree: two clients saturating the model and the serving process killed with SIGKILL
 after a third of the run: the time until serving answers again and the governor's largest sample
-lateness over the run; and on an idle run the governor's RSS and CPU (the serving process apart).
+lateness over the run; and on an idle run the governor's RSS and CPU (the serving process apart),
+without and with `[metrics] listen` scraped once a second, interleaved (--rounds each).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -62,12 +65,16 @@ def status(sock: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def daemon(tree: Path | None, board: Path, model: Path, folder: Path) -> Iterator[Path]:
-    """`mcpd run` (of `tree`, or of this checkout) governing `board` and serving `model` as "m"."""
+def daemon(
+    tree: Path | None, board: Path, model: Path, folder: Path, extra: str = ""
+) -> Iterator[Path]:
+    """`mcpd run` (of `tree`, or of this checkout) governing `board` and serving `model` as "m";
+    `extra` is appended to its config."""
     sock = folder / "mcpd.sock"
     (folder / "mcpd.toml").write_text(
         f'[daemon]\nsysfs_root = "{board}"\nsocket = "{sock}"\nstate_dir = "{folder}/state"\n'
-        f'runtime_dir = "{folder}/run"\n[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
+        f'runtime_dir = "{folder}/run"\n{extra}'
+        f'[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
     )
     env = {"PYTHONPATH": str(tree)} if tree is not None else None
     command = [PYTHON, "-m", "mcpd", "run", "--config", str(folder / "mcpd.toml")]
@@ -182,11 +189,14 @@ def kill_under_load(model: Path, seconds: float) -> dict[str, Any]:
     return {"ready_again_s": round(back_s, 2), "loop": doc["loop"]}
 
 
-def footprint(model: Path, seconds: float) -> dict[str, Any]:
+def footprint(model: Path, seconds: float, metrics: bool) -> dict[str, Any]:
+    port = free_port()
+    extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n' if metrics else ""
     with (
         simulated_board("idle") as board,
         tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
-        daemon(None, board, model, Path(folder)) as sock,
+        daemon(None, board, model, Path(folder), extra) as sock,
+        scraping(port) if metrics else nothing() as scrapes,
     ):
         doc = status(sock)
         governor = psutil.Process(doc["daemon"]["pid"])
@@ -199,8 +209,56 @@ def footprint(model: Path, seconds: float) -> dict[str, Any]:
             "governor_rss_mb": round(governor.memory_info().rss / 2**20, 1),
             "governor_cpu_percent": round(cpu, 2),
             "serving_rss_mb": round(serving.memory_info().rss / 2**20, 1),
+            "scrapes": scrapes(),
             "scheduling": doc["daemon"]["scheduling"],
         }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def scraping(port: int) -> Iterator[Callable[[], int]]:
+    """GET /metrics on the port once a second, as a node's Prometheus would (more often)."""
+    done, stop = [0], threading.Event()
+
+    def run() -> None:
+        while not stop.wait(1.0):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                connection.request("GET", "/metrics")
+                done[0] += connection.getresponse().status == 200
+            except OSError:
+                pass  # counted as not done
+            finally:
+                connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield lambda: done[0]
+    finally:
+        stop.set()
+        thread.join(15)
+
+
+def idle_footprint(model: Path, seconds: float, rounds: int) -> dict[str, Any]:
+    """Medians over interleaved runs without and with the metrics port."""
+    runs: dict[str, list[dict[str, Any]]] = {"metrics off": [], "metrics on, scraped 1/s": []}
+    for _ in range(rounds):
+        for label in runs:
+            runs[label].append(footprint(model, seconds, metrics=label != "metrics off"))
+    return {
+        label: {
+            key: statistics.median(run[key] for run in done)
+            for key in ("governor_rss_mb", "governor_cpu_percent", "serving_rss_mb", "scrapes")
+        }
+        | {"rounds": len(done)}
+        for label, done in runs.items()
+    }
 
 
 def main() -> None:
@@ -210,6 +268,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0, help="per run")
     parser.add_argument("--rounds", type=int, default=1, help="runs per condition and tree")
     parser.add_argument("--baseline-tree", type=Path, help="an earlier checkout to compare with")
+    parser.add_argument("--only", choices=["footprint"], help="only the idle footprint")
     args = parser.parse_args()
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline_tree is not None:
@@ -217,13 +276,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         model = Path(tmp) / "resnet50.onnx"
         onnx.save(resnet50(), model)
-        report = {
-            "date": time.strftime("%Y-%m-%d"),
-            "cpus": os.cpu_count(),
-            "conditions": conditions(trees, model, args.seconds, args.rounds),
-            "serving_killed_under_load": kill_under_load(model, args.seconds),
-            "idle_footprint": footprint(model, args.seconds),
-        }
+        report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
+        if args.only is None:
+            report["conditions"] = conditions(trees, model, args.seconds, args.rounds)
+            report["serving_killed_under_load"] = kill_under_load(model, args.seconds)
+        report["idle_footprint"] = idle_footprint(model, args.seconds, args.rounds)
     print(json.dumps(report, indent=1))
 
 
