@@ -68,4 +68,17 @@ def add_parser(commands: Any) -> None:
     bench.add_argument("--seconds", type=float, default=1.0, help="per point (default 1)")
     bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
     bench.add_argument("--plot", metavar="FILE.png", help="plot the sweep (needs matplotlib)")
+    bench.add_argument(
+        "--caps",
+        metavar="F,F",
+        help="also sweep frequency caps: each domain at these fractions of its maximum, put back "
+        "afterwards (needs root; stops at --max-temp)",
+    )
+    bench.add_argument("--sysfs-root", default="/", help="the board's root (default /)")
+    bench.add_argument(
+        "--max-temp",
+        type=float,
+        default=85.0,
+        help="stop a caps sweep when the board reaches this temperature (default 85)",
+    )
     bench.set_defaults(func=_bench, default_level="error")
