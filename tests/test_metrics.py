@@ -164,6 +164,8 @@ def full_document() -> dict[str, Any]:
 def test_estimated_power_headroom_and_the_efficiency_fields() -> None:
     families, _ = scrape(full_document())
     assert samples(families["mcpd_power_watts"]) == {(("estimated", "true"),): 7.25}
+    modelled = status_document() | {"power_source": "estimate"}  # the Energy Model (issue 15)
+    assert samples(scrape(modelled)[0]["mcpd_power_watts"]) == {(("estimated", "true"),): 7.25}
     assert samples(families["mcpd_thermal_headroom_ratio"]) == {(): 0.8}
     assert samples(families["mcpd_thermal_time_to_throttle_seconds"]) == {(): 42}
     assert samples(families["mcpd_governor_info"]) == {

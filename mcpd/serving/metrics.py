@@ -75,7 +75,7 @@ def _hertz(mhz: object) -> int | None:
 def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
     """What the governor knows: sensors, caps, its state, the batch sizes it sets."""
     power = document.get("power_w")
-    estimated = "true" if document.get("power_estimated") else "false"
+    estimated = document.get("power_estimated") or document.get("power_source") == "estimate"
     yield _gauge(
         "temperature_celsius",
         "Governing temperature (the hottest SoC/CPU sensor).",
@@ -96,7 +96,7 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
         "rails or a model where the board has no meter).",
         "watts",
         ["estimated"],
-        [([estimated], power)],
+        [(["true" if estimated else "false"], power)],
     )
     yield _gauge(
         "sensor_power_watts",
