@@ -13,8 +13,10 @@ import pytest
 
 from mcpd import config as config_module
 from mcpd.listen import SocketError, bind_tcp, bind_tcp_listeners, tcp_address
+from mcpd.serving.service import METRICS_CONNECTIONS
 from mcpd.standin import StandIn
 from tests.mqtt_broker import free_port
+from tests.serving_server import Served, config
 
 
 def parse_metrics(**metrics: object) -> config_module.Config:
@@ -113,3 +115,33 @@ def test_during_a_crash_loop_the_metrics_port_answers_503_and_nothing_else(tmp_p
         standin.close()
         unix.close()
         metrics.close()
+
+
+def test_the_metrics_port_has_a_connection_cap_of_its_own(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    served = Served(config(tmp_path, [], metrics=f"127.0.0.1:{port}", max_connections=2))
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(METRICS_CONNECTIONS)]
+        with socket.create_connection(("127.0.0.1", port)) as waiting:
+            waiting.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            scrapes = served.service.scrapes
+            assert scrapes is not None
+            deadline = time.monotonic() + 10
+            while not scrapes.capped:  # the ninth waits in the backlog
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert scrapes.open == METRICS_CONNECTIONS
+            with served.client() as client:  # the socket's cap (2) does not count them
+                assert client.live()
+            idle.pop().close()  # one closes: the waiting scrape is taken and answered
+            waiting.settimeout(10)
+            assert waiting.recv(65536).startswith(b"HTTP/1.1 200")
+        for sock in idle:
+            sock.close()
+    finally:
+        served.close()
+    capped = [r.getMessage() for r in caplog.records if "new connections wait" in r.getMessage()]
+    assert capped == [f"{METRICS_CONNECTIONS} client connections are open, the cap (the "
+                      "[metrics] listen port's): new connections wait until one closes"]  # fmt: skip

@@ -48,15 +48,18 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
 
 class Acceptor:
     """Accepts connections on the listening sockets (the Unix socket, the `[serving] http` listener)
-    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together."""
+    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together;
+    `cap_name` says in the log what sets the cap."""
 
     def __init__(
         self,
         socks: Sequence[socket.socket],
         factory: Callable[[], asyncio.BaseProtocol],
         cap: Callable[[], int],
+        cap_name: str,
     ) -> None:
         self.socks = tuple(socks)
+        self.cap_name = cap_name
         self.factory = factory
         self.cap = cap
         self.open = 0
@@ -107,8 +110,8 @@ class Acceptor:
             task.add_done_callback(self._connecting.discard)
         self.capped += 1
         log.warning(
-            "%d client connections are open, the cap ([daemon] max_connections, within the "
-            "descriptor limit): new connections wait until one closes", self.open,
+            "%d client connections are open, the cap (%s): new connections wait until one "
+            "closes", self.open, self.cap_name,
         )  # fmt: skip
         self._pause()
 

@@ -86,12 +86,14 @@ class InferenceService:
             self.endpoints.application(),
             listening,
             lambda: min(cap, self.config.daemon.max_connections),
+            "[daemon] max_connections, within the descriptor limit",
         )
         if "metrics" in self._tcp:
             self._metrics_runner, self.scrapes = await self._serve(
                 self.endpoints.metrics_application(),
                 [self._tcp["metrics"]],
                 lambda: METRICS_CONNECTIONS,
+                "the [metrics] listen port's",
             )
             log.info("serving /metrics on %s", self.config.metrics.listen)
         where = self._listener.path or "the socket passed by systemd"
@@ -105,6 +107,7 @@ class InferenceService:
         application: web.Application,
         listening: list[socket.socket],
         cap: Callable[[], int],
+        cap_name: str,
     ) -> tuple[web.AppRunner, Acceptor]:
         # handler_cancellation: a client that disconnects cancels its handler, which takes its
         # request out of the queue. keepalive_timeout: aiohttp closes a connection that has not
@@ -121,7 +124,7 @@ class InferenceService:
         )
         await runner.setup()
         assert runner.server is not None  # made by setup()
-        acceptor = Acceptor(listening, runner.server, cap)
+        acceptor = Acceptor(listening, runner.server, cap, cap_name)
         acceptor.start()
         return runner, acceptor
 
