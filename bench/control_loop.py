@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcpd import board, domains
 from mcpd.baseline import Baseline
 from mcpd.events import EventBus
-from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
+from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.serving.worker import lower_priority
 from mcpd.sim import MEMORY_DIR, PROFILES, STATE_FILE
 

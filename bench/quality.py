@@ -19,12 +19,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from governors import AdaptivePolicy, DomainSteps, HysteresisGovernor, allowed_mhz, uniform_levels
+from governors import DomainSteps, GovernorParams, allowed_mhz, uniform_levels
 from mcpd import board, domains
 from mcpd.actuation import domain_range
 from mcpd.domains import FrequencyDomain
 from mcpd.events import EventBus
-from mcpd.loop import ControlLoop, LoopSettings
+from mcpd.loop import ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
 
@@ -72,13 +73,11 @@ class Case:
 
 def loop_settings(case: Case, governor: str, raise_hold_ms: int = 0) -> LoopSettings:
     limit = case.power_limit_w
-    rule = HysteresisGovernor(power_high_w=limit, power_low_w=limit * 0.75)
     if governor not in ("hysteresis", "adaptive"):
         raise ValueError(f"governor {governor!r}: expected hysteresis or adaptive")
     return LoopSettings(
-        governor=rule,
+        params=GovernorParams(power_high_w=limit, power_low_w=limit * 0.75),
         policy=governor,
-        adaptive=AdaptivePolicy(power_high_w=limit),
         raise_hold_s=raise_hold_ms / 1000,
     )
 
@@ -93,8 +92,8 @@ class _Clock:
 
 def governed_ranges(found: Iterable[FrequencyDomain]) -> dict[str, tuple[float, float]]:
     """Each domain's range under the default clamp, exactly as the loop computes it."""
-    rule = HysteresisGovernor()
-    return {d.name: domain_range(d, rule.min_mhz, rule.max_mhz, None)[:2] for d in found}
+    clamp = GovernorParams()
+    return {d.name: domain_range(d, clamp.min_mhz, clamp.max_mhz, None)[:2] for d in found}
 
 
 def configurations(found: list[FrequencyDomain]) -> list[tuple[float, dict[str, float]]]:

@@ -3,13 +3,16 @@
 from governors.adaptive import AdaptivePolicy, AdaptiveState
 from governors.hysteresis import Action, Decision, HysteresisGovernor, RaiseHold, Readings, Verdict
 from governors.levels import DomainSteps, Level, allowed_mhz, uniform_levels
+from governors.params import PARAMETER_NAMES, GovernorParams
 
 __all__ = [
+    "PARAMETER_NAMES",
     "Action",
     "AdaptivePolicy",
     "AdaptiveState",
     "Decision",
     "DomainSteps",
+    "GovernorParams",
     "HysteresisGovernor",
     "Level",
     "RaiseHold",

@@ -25,10 +25,11 @@ Thresholds and clamps are the seed rule's (the levels are built inside the gover
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from governors.hysteresis import Action, Readings, Verdict
 from governors.levels import Level
+from governors.params import GovernorParams
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,8 @@ class AdaptiveState:
 
 @dataclass(frozen=True)
 class AdaptivePolicy:
-    temp_high_c: float = 85.0
-    power_high_w: float = 12.0
-    down_factor: float = 0.7
+    params: GovernorParams = field(default_factory=GovernorParams)
+    """Thresholds, the fail-safe step and the clamp: the seed rule's."""
     margin_c: float = 0.5
     raise_margin_c: float = 1.0
     act_within_c: float = 3.0
@@ -121,32 +121,32 @@ class AdaptivePolicy:
         settled = now - state.changed_at >= self.settle_s
         if power is not None and settled:
             state = self._learn(state, power)
-        trigger_w = self.power_high_w * self.power_trigger
+        trigger_w = self.params.power_high_w * self.power_trigger
         if power is not None and power >= trigger_w and settled:
             target = next(
                 (
                     i
                     for i in range(state.level - 1, -1, -1)
                     if self.estimate_w(state, levels, i, power)
-                    < self.power_high_w * self.power_margin
+                    < self.params.power_high_w * self.power_margin
                 ),
                 0,
             )
             why = f"power {power:.2f} W >= {trigger_w:.2f} W ({self.power_trigger:g} x the limit)"
             return self._move(state, target, now, why)
-        if temp >= self.temp_high_c:
+        if temp >= self.params.temp_high_c:
             if now - state.changed_at >= self.settle_s:
                 return self._move(
                     state,
                     state.level - 1,
                     now,
-                    f"temperature {temp:.1f} °C >= {self.temp_high_c:g} °C",
+                    f"temperature {temp:.1f} °C >= {self.params.temp_high_c:g} °C",
                 )
             return Verdict(Action.HOLD, "waiting for the last cut to act"), state
         predicted = self.predicted_c(state)
-        ceiling = self.temp_high_c - self.margin_c
+        ceiling = self.params.temp_high_c - self.margin_c
         since = now - state.changed_at
-        near = temp >= self.temp_high_c - self.act_within_c
+        near = temp >= self.params.temp_high_c - self.act_within_c
         if predicted is not None and predicted > ceiling and near:
             if since >= self.lower_interval_s:
                 why = f"temperature {temp:.1f} °C heading for {predicted:.1f} °C in {self.horizon_s:g} s"
@@ -159,7 +159,7 @@ class AdaptivePolicy:
                 if not settled:
                     return Verdict(Action.HOLD, "power settling"), state
                 next_w = self.estimate_w(state, levels, state.level + 1, power)
-                if next_w >= self.power_high_w * self.power_margin:
+                if next_w >= self.params.power_high_w * self.power_margin:
                     return Verdict(Action.HOLD, f"next level would draw ~{next_w:.1f} W"), state
             why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
             verdict, state = self._move(state, state.level + 1, now, why)
@@ -196,7 +196,7 @@ class AdaptivePolicy:
         self, state: AdaptiveState, levels: tuple[Level, ...], now: float, why: str
     ) -> tuple[Verdict, AdaptiveState]:
         """The seed rule's fail-safe step: the highest level at or below down_factor x now."""
-        limit = levels[state.level].fraction * self.down_factor
+        limit = levels[state.level].fraction * self.params.down_factor
         target = max((i for i, lv in enumerate(levels) if lv.fraction <= limit), default=0)
         # LOWER even at the lowest level: the batch sizes still step down, as in the seed rule.
         return Verdict(Action.LOWER, why), self._move(state, target, now, why)[1]

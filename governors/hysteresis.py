@@ -16,8 +16,10 @@ max_batch).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+
+from governors.params import GovernorParams
 
 
 class Action(str, Enum):
@@ -60,40 +62,22 @@ class Decision:
 
 @dataclass(frozen=True)
 class HysteresisGovernor:
-    temp_high_c: float = 85.0
-    temp_low_c: float = 75.0
-    power_high_w: float = 12.0
-    power_low_w: float = 9.0
-    down_factor: float = 0.7
-    up_factor: float = 1.15
-    min_mhz: float = 800.0
-    max_mhz: float = 3200.0
-
-    def __post_init__(self) -> None:
-        if not self.temp_low_c < self.temp_high_c:
-            raise ValueError("temp_low_c must be below temp_high_c")
-        if not self.power_low_w < self.power_high_w:
-            raise ValueError("power_low_w must be below power_high_w")
-        if not 0 < self.down_factor < 1 < self.up_factor:
-            raise ValueError("need 0 < down_factor < 1 < up_factor")
-        if not 0 < self.min_mhz < self.max_mhz:
-            raise ValueError("need 0 < min_mhz < max_mhz")
+    params: GovernorParams = field(default_factory=GovernorParams)
 
     def verdict(self, readings: Readings) -> Verdict:
+        p = self.params
         temp, power = readings.temp_c, readings.power_w
         if temp is None:
             return Verdict(Action.LOWER, "temperature unknown (fail-safe)")
-        if temp >= self.temp_high_c:
-            return Verdict(Action.LOWER, f"temperature {temp:.1f} °C >= {self.temp_high_c:g} °C")
+        if temp >= p.temp_high_c:
+            return Verdict(Action.LOWER, f"temperature {temp:.1f} °C >= {p.temp_high_c:g} °C")
         if power is None and readings.metered:
             return Verdict(Action.LOWER, "power unknown, meter silent (fail-safe)")
-        if power is not None and power >= self.power_high_w:
-            return Verdict(Action.LOWER, f"power {power:.2f} W >= {self.power_high_w:g} W")
-        if temp <= self.temp_low_c and (power is None or power <= self.power_low_w):
-            watts = "" if power is None else f" and power {power:.2f} W <= {self.power_low_w:g} W"
-            return Verdict(
-                Action.RAISE, f"temperature {temp:.1f} °C <= {self.temp_low_c:g} °C{watts}"
-            )
+        if power is not None and power >= p.power_high_w:
+            return Verdict(Action.LOWER, f"power {power:.2f} W >= {p.power_high_w:g} W")
+        if temp <= p.temp_low_c and (power is None or power <= p.power_low_w):
+            watts = "" if power is None else f" and power {power:.2f} W <= {p.power_low_w:g} W"
+            return Verdict(Action.RAISE, f"temperature {temp:.1f} °C <= {p.temp_low_c:g} °C{watts}")
         return Verdict(Action.HOLD, "inside the hysteresis band")
 
     def step_mhz(
@@ -104,35 +88,26 @@ class HysteresisGovernor:
         max_mhz: float | None = None,
     ) -> Decision:
         """Move a frequency by the verdict, clamped to [min_mhz, max_mhz] (default: the governor's)."""
-        low = self.min_mhz if min_mhz is None else min_mhz
-        high = self.max_mhz if max_mhz is None else max_mhz
+        p = self.params
+        low = p.min_mhz if min_mhz is None else min_mhz
+        high = p.max_mhz if max_mhz is None else max_mhz
         if verdict.action is Action.LOWER:
-            new = max(current_mhz * self.down_factor, low)
+            new = max(current_mhz * p.down_factor, low)
         elif verdict.action is Action.RAISE:
-            new = min(current_mhz * self.up_factor, high)
+            new = min(current_mhz * p.up_factor, high)
         else:
             new = current_mhz
         return Decision(verdict.action, verdict.reason, current_mhz, new)
 
     def step_batch(self, verdict: Verdict, current_batch: int, max_batch: int) -> Decision:
+        p = self.params
         if verdict.action is Action.LOWER:
-            new = max(1, math.floor(current_batch * self.down_factor))
+            new = max(1, math.floor(current_batch * p.down_factor))
         elif verdict.action is Action.RAISE:
-            new = min(max_batch, math.ceil(current_batch * self.up_factor))
+            new = min(max_batch, math.ceil(current_batch * p.up_factor))
         else:
             new = current_batch
         return Decision(verdict.action, verdict.reason, current_batch, new)
-
-    def target_mhz(self, temp_c: float | None, power_w: float | None, current_mhz: float) -> float:
-        """The seed rule: power None means the board has no meter."""
-        readings = Readings(temp_c, power_w, metered=power_w is not None)
-        return self.step_mhz(self.verdict(readings), current_mhz).new
-
-    def target_batch(
-        self, temp_c: float | None, power_w: float | None, current_batch: int, max_batch: int
-    ) -> int:
-        readings = Readings(temp_c, power_w, metered=power_w is not None)
-        return int(self.step_batch(self.verdict(readings), current_batch, max_batch).new)
 
 
 @dataclass(frozen=True)

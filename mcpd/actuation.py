@@ -18,6 +18,7 @@ from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
 from mcpd.domains import DomainWriteError, FrequencyDomain
 from mcpd.events import Event, EventBus
+from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.actuation")
 
@@ -35,7 +36,6 @@ class DomainControl:
     low: float
     high: float
     target: float
-    failing: bool = False
 
 
 def domain_range(
@@ -59,6 +59,8 @@ class Actuators:
         self.events = events
         self.baseline = baseline
         self.controls: dict[str, DomainControl] = {}
+        self._failing: Episodes[str] = Episodes()
+        """Domains whose cap writes fail: logged once until a write succeeds."""
 
     def sync(
         self,
@@ -137,15 +139,13 @@ class Actuators:
         try:
             old, new = domain.change_cap(control.target, control.low)
         except DomainWriteError as exc:
-            if not control.failing:
-                control.failing = True
+            if self._failing.fail(domain.name):
                 log.error("%s (logged once until a write succeeds)", exc)
                 self.events.publish(
                     Event("fault", str(exc), {"domain": domain.name, "error": "write"})
                 )
             return None
-        if control.failing:
-            control.failing = False
+        if self._failing.succeed(domain.name):
             log.info("%s: cap writes work again", domain.name)
         return None if new == old else CapChange(domain.name, old, new)
 

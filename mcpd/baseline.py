@@ -28,6 +28,7 @@ from typing import cast
 from mcpd import safefs
 from mcpd.config import DaemonSection
 from mcpd.domains import DomainWriteError, FrequencyDomain
+from sensors.episodes import Episodes
 from sensors.sysfs import read_line
 
 log = logging.getLogger("mcpd.baseline")
@@ -53,8 +54,6 @@ class Store:
         self.folder = Path(folder)
         self.saved = True
         """Whether the copy on disk is the baseline in memory (nothing to save yet counts)."""
-        self.problem: str | None = None
-        """Why the last save failed; logged once until a save works again."""
         self.unreadable: str | None = None
         """An existing copy that cannot be read: never overwritten, so `mcpd restore`, as root,
         can still put back the originals it holds."""
@@ -167,6 +166,8 @@ class Baseline:
     def __init__(self, folders: Sequence[str | Path], root: str | Path) -> None:
         self.root = Path(root)
         self.stores = [Store(folder) for folder in folders]
+        self._unsaved: Episodes[Path] = Episodes(say_changes=True)
+        """Why a store's last save failed; logged once until a save works again."""
         self.boot_id: str | None = None
         self.entries: Entries = {}
 
@@ -187,7 +188,7 @@ class Baseline:
         """Why restore-after-crash is not guaranteed now, or None."""
         if not self.entries or any(store.saved for store in self.stores):
             return None
-        return "; ".join(store.problem or "not saved yet" for store in self.stores)
+        return "; ".join(self._unsaved.why(store.path) or "not saved yet" for store in self.stores)
 
     def _relative(self, path: Path) -> str:
         return os.path.relpath(path, self.root)
@@ -231,8 +232,7 @@ class Baseline:
             except OSError as exc:
                 store.saved = False
                 problem = f"cannot save the baseline to {store.path}: {exc.strerror or exc}"
-                if problem != store.problem:
-                    store.problem = problem
+                if self._unsaved.fail(store.path, problem):
                     others = [s.path for s in self.stores if s is not store and s.saved]
                     log.warning(
                         "%s; throttling goes on, %s", problem,
@@ -241,9 +241,8 @@ class Baseline:
                     )  # fmt: skip
                 continue
             store.saved = True
-            if store.problem is not None:
+            if self._unsaved.succeed(store.path):
                 log.info("baseline saved to %s again", store.path)
-                store.problem = None
 
     def _document(self) -> bytes:
         data = {"format": _FORMAT, "boot_id": self.boot_id, "domains": self.entries}

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sensors.sysfs import read_text
+from sensors.sysfs import try_read_text
 
 # SoC compatible string -> platform name.
 _SOCS = {
@@ -33,13 +33,6 @@ class Board:
     """L4T release of a Jetson, e.g. "R36.4.7"."""
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return read_text(path)
-    except OSError:
-        return None
-
-
 def parse_compatible(raw: str) -> tuple[str, ...]:
     return tuple(entry for entry in raw.split("\x00") if entry)
 
@@ -60,15 +53,15 @@ def parse_cpu_vendor(cpuinfo: str) -> str | None:
 
 def detect(root: str | Path) -> Board:
     root = Path(root)
-    compatible = parse_compatible(_read(root / "proc/device-tree/compatible") or "")
-    model_raw = _read(root / "proc/device-tree/model")
+    compatible = parse_compatible(try_read_text(root / "proc/device-tree/compatible") or "")
+    model_raw = try_read_text(root / "proc/device-tree/model")
     model = model_raw.strip("\x00\n ") if model_raw else None
-    release = _read(root / "etc/nv_tegra_release")
+    release = try_read_text(root / "etc/nv_tegra_release")
     l4t = parse_l4t(release) if release else None
     for entry in compatible:
         if entry in _SOCS:
             return Board(_SOCS[entry], model, compatible, l4t)
-    vendor = parse_cpu_vendor(_read(root / "proc/cpuinfo") or "")
+    vendor = parse_cpu_vendor(try_read_text(root / "proc/cpuinfo") or "")
     if vendor in _CPU_VENDORS:
         return Board(_CPU_VENDORS[vendor], _dmi_model(root), compatible, l4t)
     return Board("unknown", model, compatible, l4t)
@@ -76,5 +69,5 @@ def detect(root: str | Path) -> Board:
 
 def _dmi_model(root: Path) -> str | None:
     dmi = root / "sys/class/dmi/id"
-    parts = [(_read(dmi / name) or "").strip() for name in ("sys_vendor", "product_name")]
+    parts = [(try_read_text(dmi / name) or "").strip() for name in ("sys_vendor", "product_name")]
     return " ".join(part for part in parts if part) or None

@@ -12,9 +12,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from governors import GovernorParams, Readings
 from mcpd.actuation import DomainControl
 from mcpd.events import Event, EventBus
 from sensors import trips
+from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.loop")
 
@@ -57,25 +59,30 @@ def follow_external_caps(
     return changed
 
 
-def warn_if_floor_over_limit(
-    controls: Iterable[DomainControl],
-    signal: str,
-    value: float,
-    limit: float,
-    unit: str,
-    events: EventBus,
-) -> bool:
-    """True (and one warning) when every domain is at its floor and `signal` is still at or
-    over its limit: the limit cannot be met inside the clamp (AGX Orin at 12 W, a Jetson Nano at
-    40 °C ambient)."""
-    floors = [c.target <= c.low for c in controls]
-    if value < limit or not floors or not all(floors):
-        return False
-    key = "power_high_w" if signal == "power" else "temp_high_c"
-    message = (
-        f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} with "
-        f"every domain at its floor; raise [governor] {key} or lower min_mhz"
-    )
-    log.warning(message)
-    events.publish(Event("fault", message, {"signal": signal, "value": value, "limit": limit}))
-    return True
+class FloorLimits:
+    """A limit the board exceeds with every domain at its floor cannot be met inside the clamp
+    (AGX Orin at 12 W, a Jetson Nano at 40 °C ambient): said once per signal, for the whole run."""
+
+    def __init__(self, events: EventBus) -> None:
+        self.events = events
+        self._said: Episodes[str] = Episodes()
+
+    def check(
+        self, controls: Iterable[DomainControl], readings: Readings, params: GovernorParams
+    ) -> None:
+        floors = [c.target <= c.low for c in controls]
+        if not floors or not all(floors):
+            return
+        for signal, value, limit, unit, key in (
+            ("power", readings.power_w, params.power_high_w, "W", "power_high_w"),
+            ("temperature", readings.temp_c, params.temp_high_c, "°C", "temp_high_c"),
+        ):
+            if value is None or value < limit or not self._said.fail(signal):
+                continue
+            message = (
+                f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} "
+                f"with every domain at its floor; raise [governor] {key} or lower min_mhz"
+            )
+            log.warning(message)
+            data = {"signal": signal, "value": value, "limit": limit}
+            self.events.publish(Event("fault", message, data))

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from governors.params import PARAMETER_NAMES, GovernorParams
 from mcpd.listen import tcp_address
 from sensors.sysfs import NotAFile, open_regular
 
@@ -144,7 +145,12 @@ class DomainSection(Section):
         return self
 
 
-ProfileName = Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+"""A governor profile's name, in the config and in the MQTT `profile` command."""
+ProfileName = Annotated[StrictStr, Field(pattern=PROFILE_NAME_PATTERN)]
+
+
+_DEFAULT = GovernorParams()
 
 
 class GovernorProfile(Section):
@@ -162,14 +168,17 @@ class GovernorProfile(Section):
 
 
 class GovernorSection(Section):
-    temp_high_c: Celsius = 85.0
-    temp_low_c: Celsius = 75.0
-    power_high_w: Watts = 12.0
-    power_low_w: Watts = 9.0
-    down_factor: Annotated[StrictFloat, Field(gt=0, lt=1)] = 0.7
-    up_factor: Annotated[StrictFloat, Field(gt=1, le=4)] = 1.15
-    min_mhz: Mhz = 800.0
-    max_mhz: Mhz = 3200.0
+    """[governor]: the governor's parameters (governors.GovernorParams, defaults from there), its
+    policy, per-domain ranges and profiles."""
+
+    temp_high_c: Celsius = _DEFAULT.temp_high_c
+    temp_low_c: Celsius = _DEFAULT.temp_low_c
+    power_high_w: Watts = _DEFAULT.power_high_w
+    power_low_w: Watts = _DEFAULT.power_low_w
+    down_factor: Annotated[StrictFloat, Field(gt=0, lt=1)] = _DEFAULT.down_factor
+    up_factor: Annotated[StrictFloat, Field(gt=1, le=4)] = _DEFAULT.up_factor
+    min_mhz: Mhz = _DEFAULT.min_mhz
+    max_mhz: Mhz = _DEFAULT.max_mhz
     raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] = 0
     policy: Literal["hysteresis", "adaptive"] = "hysteresis"
     domains: dict[Name, DomainSection] = {}
@@ -178,9 +187,7 @@ class GovernorSection(Section):
 
     @model_validator(mode="after")
     def _ordered(self) -> GovernorSection:
-        problem = _misordered(self)
-        if problem:
-            raise ValueError(problem)
+        self.params()  # a ValueError names what is misordered
         if self.profile != "default" and self.profile not in self.profiles:
             raise ValueError(f"profile {self.profile!r} is not defined in [governor.profiles]")
         if "default" in self.profiles:
@@ -188,10 +195,15 @@ class GovernorSection(Section):
                 "profiles.default: the name is taken by the [governor] values themselves"
             )
         for name in self.profiles:
-            problem = _misordered(self.tuned(name))
-            if problem:
-                raise ValueError(f"profiles.{name}: {problem}")
+            try:
+                self.tuned(name).params()
+            except ValueError as exc:
+                raise ValueError(f"profiles.{name}: {exc}") from None
         return self
+
+    def params(self) -> GovernorParams:
+        """The governor's parameters (raises ValueError when they are misordered)."""
+        return GovernorParams(**{name: getattr(self, name) for name in PARAMETER_NAMES})
 
     def tuned(self, profile: str) -> GovernorSection:
         """These settings with a profile's overrides applied ("default": none)."""
@@ -199,16 +211,6 @@ class GovernorSection(Section):
             return self
         overrides = self.profiles[profile].model_dump(exclude_none=True)
         return self.model_copy(update=overrides)
-
-
-def _misordered(g: GovernorSection) -> str | None:
-    if g.temp_low_c >= g.temp_high_c:
-        return "temp_low_c must be below temp_high_c"
-    if g.power_low_w >= g.power_high_w:
-        return "power_low_w must be below power_high_w"
-    if g.min_mhz >= g.max_mhz:
-        return "min_mhz must be below max_mhz"
-    return None
 
 
 class OnnxRuntimeOptions(Section):

@@ -24,11 +24,13 @@ from typing import Any, Protocol
 from mcpd import board, config, domains, reloading, status
 from mcpd.baseline import Baseline, baseline_folders
 from mcpd.events import Event, EventBus
-from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop, LoopSettings
+from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.notify import Notifier
 from mcpd.state import ModelStats, Snapshot
 from mcpd.supervisor import ServingSupervisor
 from mcpd.telemetry import TelemetryService
+from mcpd.telemetry.commands import COMMANDS
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd")
@@ -118,7 +120,7 @@ class Daemon:
                 stats.update(provider())
         return stats
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> status.StatusDocument:
         return status.document(
             self.loop.snapshot,
             self.model_stats(),
@@ -150,10 +152,8 @@ class Daemon:
             result = {"profile": self.profile}
             message = f"governor profile {self.profile!r} set by command"
         else:
-            return {
-                "ok": False,
-                "error": f"unknown command {name!r}; allowed: pause, resume, profile",
-            }
+            allowed = ", ".join(COMMANDS)
+            return {"ok": False, "error": f"unknown command {name!r}; allowed: {allowed}"}
         log.info(message)
         self.events.publish(Event("daemon", message, {"command": name, **result}))
         return {"ok": True, **result}
@@ -184,6 +184,9 @@ class Daemon:
         )
         code = 0
         try:
+            # The first touch of the hardware, inside the try whose finally restores the caps; before
+            # the services, so that the first status document they publish has the board in it.
+            self.loop.start()
             for service in self.services:
                 await service.start()
             thread.start()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from mcpd.safefs import UnsafeFileError
-from sensors.sysfs import first_line, list_dir, parse_int, read_line
+from sensors.sysfs import first_line, list_dir, parse_int, read_int, read_line
 
 log = logging.getLogger("mcpd.domains")
 
@@ -239,8 +239,8 @@ def _parse_table(text: str | None) -> tuple[int, ...]:
 
 
 def _cpufreq_domain(root: Path, path: Path) -> FrequencyDomain | None:
-    hw_min = parse_int(read_line(path / "cpuinfo_min_freq") or "")
-    hw_max = parse_int(read_line(path / "cpuinfo_max_freq") or "")
+    hw_min = read_int(path / "cpuinfo_min_freq")
+    hw_max = read_int(path / "cpuinfo_max_freq")
     if hw_min is None or hw_max is None or hw_min > hw_max:
         log.warning("%s: no readable cpuinfo_min/max_freq, not governed", path)
         return None
@@ -258,8 +258,8 @@ def _devfreq_domain(root: Path, path: Path) -> FrequencyDomain | None:
     table = _parse_table(read_line(path / "available_frequencies"))
     if table:
         return FrequencyDomain(path.name, "devfreq", path, table[0], table[-1], table, root)
-    hw_min = parse_int(read_line(path / "min_freq") or "")
-    hw_max = parse_int(read_line(path / "max_freq") or "")
+    hw_min = read_int(path / "min_freq")
+    hw_max = read_int(path / "max_freq")
     if hw_min is None or hw_max is None or hw_min > hw_max:
         log.warning("%s: no frequency table or range, not governed", path)
         return None

@@ -36,6 +36,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from mcpd.status import StatusDocument
+
 MAGIC = b"MCPDIPC1"
 SLOTS = 256
 STATUS_BYTES = 256 * 1024
@@ -83,18 +85,30 @@ class SharedBlock:
 
     # -- the status document ---------------------------------------------------------------------
 
-    def set_status(self, document: Mapping[str, Any]) -> None:
+    def set_status(self, document: StatusDocument) -> None:
+        """Publish `document`; one too big for the block (thousands of sensors) keeps every key but
+        loses its per-sensor, per-domain and per-model parts, so that readers still get the
+        contract's shape."""
         data = json.dumps(document, separators=(",", ":")).encode()
         if len(data) > STATUS_BYTES:
-            data = json.dumps({"error": f"status document over {STATUS_BYTES} bytes"}).encode()
+            trimmed: StatusDocument = {
+                **document,
+                "temperatures": {},
+                "powers": {},
+                "domains": {},
+                "inference": {},
+            }
+            data = json.dumps(trimmed, separators=(",", ":")).encode()
         sequence = _STATUS_HEAD.unpack_from(self._map, _STATUS_AT)[0]
         _STATUS_HEAD.pack_into(self._map, _STATUS_AT, sequence + 1, 0)  # odd: being written
         start = _STATUS_AT + _STATUS_HEAD.size
         self._map[start : start + len(data)] = data
         _STATUS_HEAD.pack_into(self._map, _STATUS_AT, sequence + 2, len(data))
 
-    def status(self) -> dict[str, Any] | None:
-        """The newest status document; None before the first."""
+    def status(self) -> StatusDocument | None:
+        """The newest status document; None before the first. The governor wrote it with
+        mcpd.status.document (the same version of mcpd: it starts its serving process from its own
+        files), so it is the contract's shape, not checked again here."""
         start = _STATUS_AT + _STATUS_HEAD.size
         while True:
             before, length = _STATUS_HEAD.unpack_from(self._map, _STATUS_AT)
@@ -104,7 +118,7 @@ class SharedBlock:
                 break
         if not before:
             return None
-        document: dict[str, Any] = json.loads(data)
+        document: StatusDocument = json.loads(data)
         return document
 
 

@@ -20,7 +20,8 @@ import contextlib
 import json
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
+
+from mcpd.status import StatusDocument
 
 HEAD_BYTES = 8192
 HEAD_S = 2.0
@@ -34,7 +35,7 @@ class StandIn:
     def __init__(
         self,
         listeners: Sequence[socket.socket],
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument],
         reason: Callable[[], tuple[str, float]],
         clock: Callable[[], float],
         *,

@@ -1,8 +1,11 @@
-"""The daemon's status as one JSON document and as one line.
+"""The daemon's status: the typed contract of its JSON document, the document, and one line.
 
 The document is the payload of `GET /v2/mcpd/status` and the body of each MQTT telemetry message;
-its keys are a stable interface (README, "Status document"). The line is systemd's STATUS= and the
-demo's live output.
+its keys are a stable interface (README, "Status document"). The TypedDicts below are that
+interface, the one place it is written down: the governor builds the document with them, and the
+status endpoint, the telemetry encoder, Home Assistant discovery and the metrics read it through
+them (mypy --strict checks every key). Keys are only ever added. The line is systemd's STATUS= and
+the demo's live output.
 """
 
 from __future__ import annotations
@@ -10,12 +13,102 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 import psutil
 
 from mcpd import __version__
+from mcpd.percentiles import DurationSummary
 from mcpd.state import ModelStats, Snapshot
+
+
+class DomainDoc(TypedDict):
+    kind: str
+    """cpufreq or devfreq."""
+    cap_mhz: float | None
+    cur_mhz: float | None
+    target_mhz: float
+    min_mhz: float
+    max_mhz: float
+
+
+class ThermalDoc(TypedDict):
+    headroom: float | None
+
+
+class LastActionDoc(TypedDict):
+    action: str
+    reason: str
+    ts: float
+
+
+class GovernorDoc(TypedDict):
+    state: str
+    policy: str
+    profile: str
+    external_cap_changes: int
+    last_action: LastActionDoc | None
+
+
+class ModelDoc(TypedDict):
+    ready: bool
+    requests: int
+    errors: int
+    p50_ms: float | None
+    p99_ms: float | None
+    queue_depth: int
+    optimized: object
+    """What `mcpd optimize` measured for the file that serves, or None."""
+
+
+class DaemonDoc(TypedDict):
+    pid: int
+    """The governor's."""
+    cpu_percent: float
+    rss_mb: float
+    uptime_s: float
+    version: str
+    scheduling: str
+
+
+class ExitDoc(TypedDict):
+    pid: int | None
+    """None when it could not be started."""
+    reason: str
+    """"signal SIGKILL", "exit code 1", …"""
+    ts: float
+
+
+class ServingDoc(TypedDict):
+    pid: int | None
+    state: str
+    """stopped, starting, ready or restarting."""
+    restarts: int
+    last_exit: ExitDoc | None
+
+
+class LoopDoc(TypedDict):
+    sample_lateness: DurationSummary | None
+    sample_to_write: DurationSummary | None
+
+
+class StatusDocument(TypedDict):
+    ts: float
+    platform: str
+    model: str | None
+    temperature_c: float | None
+    power_w: float | None
+    power_estimated: bool
+    temperatures: dict[str, float | None]
+    powers: dict[str, float | None]
+    domains: dict[str, DomainDoc]
+    thermal: ThermalDoc
+    governor: GovernorDoc
+    batch: dict[str, int]
+    inference: dict[str, ModelDoc]
+    daemon: DaemonDoc
+    serving: ServingDoc
+    loop: LoopDoc
 
 
 class DaemonStats:
@@ -28,7 +121,7 @@ class DaemonStats:
         self._process.cpu_percent(None)
         self._started = time.monotonic()
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> DaemonDoc:
         with self._process.oneshot():
             cpu = self._process.cpu_percent(None)
             rss = self._process.memory_info().rss
@@ -49,10 +142,10 @@ def _round(value: float | None, digits: int) -> float | None:
 def document(
     snapshot: Snapshot,
     models: Mapping[str, ModelStats],
-    daemon: Mapping[str, Any],
-    loop: Mapping[str, Any],
-    serving: Mapping[str, Any],
-) -> dict[str, Any]:
+    daemon: DaemonDoc,
+    loop: LoopDoc,
+    serving: ServingDoc,
+) -> StatusDocument:
     last = snapshot.last_action
     return {
         "ts": round(snapshot.ts, 3),
@@ -86,13 +179,13 @@ def document(
         },
         "batch": dict(snapshot.batch),
         "inference": inference(models),
-        "daemon": dict(daemon),
-        "serving": dict(serving),
-        "loop": dict(loop),
+        "daemon": daemon,
+        "serving": serving,
+        "loop": loop,
     }
 
 
-def inference(models: Mapping[str, ModelStats]) -> dict[str, Any]:
+def inference(models: Mapping[str, ModelStats]) -> dict[str, ModelDoc]:
     """The document's `inference` part: the governor fills it from the serving process's last
     report, the serving process from its own live counters."""
     return {

@@ -39,7 +39,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from mcpd.config import Config, tcp_listeners
 from mcpd.events import Event, EventBus
@@ -47,6 +46,7 @@ from mcpd.ipc import SLOTS, Channel, SharedBlock
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.standin import StandIn
 from mcpd.state import ModelStats
+from mcpd.status import ExitDoc, ServingDoc, StatusDocument
 
 log = logging.getLogger("mcpd.supervisor")
 
@@ -85,7 +85,7 @@ class ServingSupervisor:
     def __init__(
         self,
         config: Config,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument],
         batch_sizes: Callable[[], Mapping[str, int]],
         events: EventBus,
         *,
@@ -98,7 +98,7 @@ class ServingSupervisor:
         self.clock = clock
         self.pid: int | None = None
         self.restarts = 0
-        self.last_exit: dict[str, Any] | None = None
+        self.last_exit: ExitDoc | None = None
         self.state = "stopped"
         """starting, ready, restarting (waiting out a crash-loop delay) or stopped."""
         self._stats: dict[str, ModelStats] = {}
@@ -185,7 +185,7 @@ class ServingSupervisor:
     def stats(self) -> dict[str, ModelStats]:
         return dict(self._stats)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ServingDoc:
         return {
             "pid": self.pid,
             "state": self.state,
@@ -414,7 +414,7 @@ class ServingSupervisor:
         )
 
     def _why(self) -> tuple[str, float]:
-        reason = (self.last_exit or {}).get("reason", "not started")
+        reason = "not started" if self.last_exit is None else self.last_exit["reason"]
         return f"the serving process exited ({reason})", max(0.0, self._next_start - self.clock())
 
     def _terminate(self) -> None:

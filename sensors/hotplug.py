@@ -34,9 +34,6 @@ class HotplugMonitor:
             return None
         return cls(monitor)
 
-    def fileno(self) -> int:
-        return int(self._monitor.fileno())
-
     def changed(self) -> bool:
         """Drain pending events without blocking; True if any device was added or removed."""
         changed = False

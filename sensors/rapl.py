@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from sensors.base import POWER_MAX_W, PowerRole
-from sensors.sysfs import Attribute, list_dir, parse_int, read_line
+from sensors.sysfs import Attribute, list_dir, read_int, read_line
 
 SOURCE = "powercap:intel-rapl"
 _ZONE = re.compile(r"intel-rapl(:\d+)+$")
@@ -83,7 +83,6 @@ def discover(root: Path) -> list[RaplZone]:
             name, role = f"{names[parent]}/{own_name}", "subzone"
         else:
             name, role = own_name, _role(own_name)
-        max_text = read_line(base / entry / "max_energy_range_uj")
-        max_range = parse_int(max_text) if max_text else None
+        max_range = read_int(base / entry / "max_energy_range_uj")
         zones.append(RaplZone(name, Attribute(base / entry / "energy_uj"), max_range, role))
     return zones

@@ -25,6 +25,8 @@ import re
 import stat
 from pathlib import Path
 
+from sensors.episodes import Episodes
+
 log = logging.getLogger("mcpd.sensors")
 
 _READ_SIZE = 4096  # one sysfs page: no attribute is longer
@@ -33,12 +35,13 @@ _READ_SIZE = 4096  # one sysfs page: no attribute is longer
 # the 19 digits of a 64-bit value.
 _DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,18}", re.ASCII)
 
-_FAILURES: dict[str, str] = {}
+_MAX_FAILURES = 1024
+"""Far more attributes than a board has; the oldest episode is forgotten beyond it (paths that never
+came back: a renumbered hwmon)."""
+_FAILURES: Episodes[str] = Episodes(limit=_MAX_FAILURES)
 """Path -> why it is failing, for every attribute in a fault episode. Per path rather than per
 Attribute, so that re-discovery (new Attribute objects for the same files) does not start a second
 episode in the log. Only the control loop's thread reads sensors."""
-_MAX_FAILURES = 1024
-"""Far more attributes than a board has; the oldest episode is forgotten beyond it."""
 
 
 def file_kind(mode: int) -> str:
@@ -82,17 +85,26 @@ def read_text(path: str | Path) -> str:
         os.close(fd)
 
 
-def read_line(path: str | Path) -> str | None:
-    """First line of an attribute without its newline, or None if it cannot be read.
-
-    For discovery (names, labels, types): a missing optional attribute is normal there and is not
-    logged.
-    """
+def try_read_text(path: str | Path) -> str | None:
+    """A whole attribute (its first page), or None if it cannot be read: the one "read a value or
+    None" for discovery (names, labels, types, ranges), where a missing optional attribute is normal
+    and is not logged."""
     try:
-        text = read_text(path)
+        return read_text(path)
     except OSError:
         return None
-    return first_line(text)
+
+
+def read_line(path: str | Path) -> str | None:
+    """First line of an attribute without its newline, or None if it cannot be read."""
+    text = try_read_text(path)
+    return None if text is None else first_line(text)
+
+
+def read_int(path: str | Path) -> int | None:
+    """An integer attribute read once, or None if it cannot be read or is not a kernel integer."""
+    line = read_line(path)
+    return None if line is None else parse_int(line)
 
 
 def first_line(text: str) -> str | None:
@@ -182,14 +194,11 @@ class Attribute:
         # Whatever gave a bad value is not kept: the next read opens the path afresh (a file that
         # was replaced by a link to /dev/zero and then restored is read again).
         self.close()
-        if self.path not in _FAILURES:
+        if _FAILURES.fail(self.path, why):
             log.warning("%s: unavailable (%s); logged once until it recovers", self.path, why)
-            if len(_FAILURES) >= _MAX_FAILURES:  # paths that never came back (renumbered hwmon)
-                del _FAILURES[next(iter(_FAILURES))]
-        _FAILURES[self.path] = why
 
     def _ok(self, value: int) -> int:
-        if _FAILURES.pop(self.path, None) is not None:
+        if _FAILURES.succeed(self.path):
             log.info("%s: readable again", self.path)
         return value
 
@@ -200,7 +209,7 @@ class Attribute:
     @property
     def gone(self) -> bool:
         """True once the file itself has vanished (hotplug, renumbered hwmon): time to re-discover."""
-        return _FAILURES.get(self.path) == "ENOENT"
+        return _FAILURES.why(self.path) == "ENOENT"
 
 
 def _page(fd: int) -> str:

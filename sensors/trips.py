@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sensors.sysfs import list_dir, parse_int, read_line
+from sensors.sysfs import list_dir, read_int, read_line
 
 _TRIP = re.compile(r"trip_point_(\d+)_type$")
 
@@ -41,8 +41,7 @@ def discover(root: Path) -> list[Trip]:
             if match is None:
                 continue
             kind = read_line(zone / name)
-            text = read_line(zone / f"trip_point_{match[1]}_temp")
-            millidegrees = None if text is None else parse_int(text)
+            millidegrees = read_int(zone / f"trip_point_{match[1]}_temp")
             if kind is None or millidegrees is None or not -40_000 <= millidegrees <= 150_000:
                 continue
             trips.append(Trip(zone_type, int(match[1]), kind, millidegrees / 1000))

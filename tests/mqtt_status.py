@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from mcpd import status
 from mcpd.state import DomainStatus, LastAction, ModelStats, Snapshot
@@ -28,7 +27,7 @@ class FakeBoard:
         self.fail = False
         self._lock = threading.Lock()
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> status.StatusDocument:
         with self._lock:
             if self.fail:
                 raise RuntimeError("status unavailable")
@@ -57,7 +56,19 @@ class FakeBoard:
             batch={"demo": 4},
         )
         models = {"demo": ModelStats(True, requests, 1, 3.2, 9.8, 2)}
-        daemon = {"cpu_percent": 3.5, "rss_mb": 61.2, "uptime_s": 12.0, "version": "0.1.0"}
-        loop = {"sample_lateness": None, "sample_to_write": None}
-        serving = {"pid": 4242, "state": "ready", "restarts": 0, "last_exit": None}
+        daemon: status.DaemonDoc = {
+            "pid": 4241,
+            "cpu_percent": 3.5,
+            "rss_mb": 61.2,
+            "uptime_s": 12.0,
+            "version": "0.1.0",
+            "scheduling": "normal",
+        }
+        loop: status.LoopDoc = {"sample_lateness": None, "sample_to_write": None}
+        serving: status.ServingDoc = {
+            "pid": 4242,
+            "state": "ready",
+            "restarts": 0,
+            "last_exit": None,
+        }
         return status.document(snapshot, models, daemon, loop, serving)

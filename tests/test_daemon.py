@@ -211,7 +211,7 @@ def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
     assert daemon.command("resume", {}) == {"ok": True, "paused": False}
     assert daemon.command("profile", {"name": "quiet"}) == {"ok": True, "profile": "quiet"}
     daemon.loop.tick(time.monotonic() + 1.0)
-    assert daemon.loop.settings.governor.temp_high_c == 60.0
+    assert daemon.loop.settings.params.temp_high_c == 60.0
     assert daemon.status()["governor"]["profile"] == "quiet"
     assert daemon.command("profile", {"name": "loud"}) == {
         "ok": False,

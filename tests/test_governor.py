@@ -8,9 +8,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governors import Action, HysteresisGovernor, RaiseHold, Readings, Verdict
+from governors import Action, GovernorParams, HysteresisGovernor, RaiseHold, Readings, Verdict
 
 G = HysteresisGovernor()
+
+
+def target_mhz(
+    governor: HysteresisGovernor, temp: float | None, power: float | None, current: float
+) -> float:
+    """The seed rule on one frequency: power None means the board has no meter."""
+    verdict = governor.verdict(Readings(temp, power, metered=power is not None))
+    return governor.step_mhz(verdict, current).new
+
+
+def target_batch(temp: float | None, power: float | None, batch: int, max_batch: int) -> int:
+    verdict = G.verdict(Readings(temp, power, metered=power is not None))
+    return int(G.step_batch(verdict, batch, max_batch).new)
 
 
 @pytest.mark.parametrize(
@@ -41,7 +54,7 @@ G = HysteresisGovernor()
 def test_target_mhz_table(
     temp: float | None, power: float | None, current: float, expected: float
 ) -> None:
-    assert G.target_mhz(temp, power, current) == pytest.approx(expected)
+    assert target_mhz(G, temp, power, current) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +74,7 @@ def test_target_mhz_table(
 def test_target_batch_table(
     temp: float | None, power: float | None, batch: int, max_batch: int, expected: int
 ) -> None:
-    assert G.target_batch(temp, power, batch, max_batch) == expected
+    assert target_batch(temp, power, batch, max_batch) == expected
 
 
 def test_silent_meter_is_fail_safe_but_no_meter_is_not() -> None:
@@ -103,20 +116,31 @@ def test_per_domain_clamp() -> None:
 
 
 def test_overrides_and_invalid_settings() -> None:
-    governor = HysteresisGovernor(temp_high_c=70.0, temp_low_c=60.0, power_high_w=30.0, power_low_w=20.0,
-                                  down_factor=0.5, up_factor=2.0, min_mhz=100.0, max_mhz=5000.0)  # fmt: skip
-    assert governor.target_mhz(70.0, 1.0, 1000.0) == 500.0
-    assert governor.target_mhz(60.0, 20.0, 1000.0) == 2000.0
-    assert governor.target_mhz(65.0, 1.0, 1000.0) == 1000.0
+    governor = HysteresisGovernor(
+        GovernorParams(
+            temp_high_c=70.0,
+            temp_low_c=60.0,
+            power_high_w=30.0,
+            power_low_w=20.0,
+            down_factor=0.5,
+            up_factor=2.0,
+            min_mhz=100.0,
+            max_mhz=5000.0,
+        )
+    )
+    assert target_mhz(governor, 70.0, 1.0, 1000.0) == 500.0
+    assert target_mhz(governor, 60.0, 20.0, 1000.0) == 2000.0
+    assert target_mhz(governor, 65.0, 1.0, 1000.0) == 1000.0
     for bad in (
         {"temp_low_c": 90.0},
         {"power_low_w": 12.0},
         {"down_factor": 1.0},
         {"up_factor": 1.0},
         {"min_mhz": 4000.0},
+        {"min_mhz": 0.0},
     ):
         with pytest.raises(ValueError, match=r"must|need"):
-            HysteresisGovernor(**bad)  # type: ignore[arg-type]
+            GovernorParams(**bad)
 
 
 finite = st.floats(min_value=-40, max_value=150, allow_nan=False)
@@ -129,7 +153,7 @@ watts = st.one_of(st.none(), st.floats(min_value=0, max_value=100, allow_nan=Fal
 def test_target_always_within_range_and_moves_the_right_way(
     temp: float | None, power: float | None, current: float
 ) -> None:
-    new = G.target_mhz(temp, power, current)
+    new = target_mhz(G, temp, power, current)
     assert 800.0 <= new <= 3200.0
     hot = temp is None or temp >= 85 or (power is not None and power >= 12)
     cool = temp is not None and temp <= 75 and (power is None or power <= 9)
@@ -151,7 +175,7 @@ def test_batch_always_within_range(
     temp: float | None, power: float | None, batch: int, max_batch: int
 ) -> None:
     batch = min(batch, max_batch)
-    new = G.target_batch(temp, power, batch, max_batch)
+    new = target_batch(temp, power, batch, max_batch)
     assert 1 <= new <= max_batch
 
 
@@ -159,12 +183,12 @@ def test_lowering_reaches_the_floor_and_raising_climbs_back() -> None:
     mhz = 3200.0
     steps_down = 0
     while mhz > 800.0:
-        mhz = G.target_mhz(90.0, None, mhz)
+        mhz = target_mhz(G, 90.0, None, mhz)
         steps_down += 1
     assert steps_down == math.ceil(math.log(800 / 3200) / math.log(0.7))
     steps_up = 0
     while mhz < 3200.0:
-        mhz = G.target_mhz(50.0, None, mhz)
+        mhz = target_mhz(G, 50.0, None, mhz)
         steps_up += 1
     assert steps_up == math.ceil(math.log(3200 / 800) / math.log(1.15))
 

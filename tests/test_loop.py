@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from governors import HysteresisGovernor
+from governors import GovernorParams
 from mcpd import board
 from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
 from mcpd.events import Event, EventBus
-from mcpd.loop import ControlLoop, LoopSettings, next_deadline
+from mcpd.loop import ControlLoop
+from mcpd.loop_settings import LoopSettings
 from mcpd.notify import Notifier
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from mcpd.timing import next_deadline
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
 from tests.fakesys import FakeSysfs
 
@@ -47,6 +49,7 @@ def make_loop(
         root, board.detect(root), settings or LoopSettings(), events=events,
         baseline=Baseline.load([root / "run/mcpd", root / "state"], root), clock=clock, wall=lambda: 1.7e9 + clock.now, **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
+    loop.start()
     return loop, clock, seen
 
 
@@ -199,7 +202,7 @@ def test_a_state_folder_removed_at_run_time_is_made_again(fake: FakeSysfs) -> No
 def test_disjoint_range_uses_the_hardware_range(fake: FakeSysfs) -> None:
     board_with_meter(fake, 95.0, 5.0)
     loop, clock, _ = make_loop(
-        fake.root, LoopSettings(governor=HysteresisGovernor(min_mhz=1500.0, max_mhz=3200.0))
+        fake.root, LoopSettings(params=GovernorParams(min_mhz=1500.0, max_mhz=3200.0))
     )
     run_for(loop, clock, 3.0)
     (npu,) = [d for d in loop.snapshot.domains if d.name == "fdab0000.npu"]
@@ -209,7 +212,7 @@ def test_disjoint_range_uses_the_hardware_range(fake: FakeSysfs) -> None:
 
 def test_cap_outside_the_range_is_brought_in_at_start(fake: FakeSysfs) -> None:
     board_with_meter(fake, 80.0, 5.0)
-    make_loop(fake.root, LoopSettings(governor=HysteresisGovernor(max_mhz=2000.0)))
+    make_loop(fake.root, LoopSettings(params=GovernorParams(max_mhz=2000.0)))
     assert cap(fake, POLICY4) == 1800000
 
 
@@ -352,7 +355,7 @@ def test_reload_is_applied_whole_at_a_tick(fake: FakeSysfs) -> None:
     assert cap(fake, POLICY4) == 2400000
     loop.request_reload(
         LoopSettings(
-            governor=HysteresisGovernor(temp_high_c=79.0, temp_low_c=70.0), models={"m": 4, "n": 2}
+            params=GovernorParams(temp_high_c=79.0, temp_low_c=70.0), models={"m": 4, "n": 2}
         )
     )
     assert cap(fake, POLICY4) == 2400000  # nothing happens until the loop's next tick
@@ -444,7 +447,7 @@ def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
     late = [e for e in changes if e.data["action"] == "lower"]
     assert late and len(changes) <= 20
     caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
-    assert tuple(caps.items()) in {level.caps_mhz for level in loop._levels}
+    assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.levels}
     assert loop.snapshot.batch["m"] < 8
 
 
@@ -475,7 +478,7 @@ def test_a_passive_trip_at_mcpds_threshold_is_reported_once(fake: FakeSysfs) -> 
     assert "soc-thermal 85 °C" in event.message
     assert event.data["trips"] == [{"zone": "soc-thermal", "celsius": 85.0}]
     quiet, clock, events = make_loop(
-        fake.root, LoopSettings(governor=HysteresisGovernor(temp_high_c=80.0))
+        fake.root, LoopSettings(params=GovernorParams(temp_high_c=80.0))
     )
     run_for(quiet, clock, 2.0)
     assert not [e for e in events if e.kind == "competitor"]

@@ -1,4 +1,4 @@
-"""The loop's timing figures: percentiles of the whole run, in constant memory."""
+"""The loop's timing figures and request latencies: percentiles in constant memory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcpd.loop import Durations, LoopTiming
+from mcpd.percentiles import Durations
+from mcpd.timing import LoopTiming
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=30.0), min_size=1, max_size=2000))
@@ -39,3 +40,16 @@ def test_the_whole_run_counts_not_only_its_last_samples() -> None:
     assert summary["p50_ms"] < 0.31
     timing.lateness_s.clear()
     assert timing.summary()["sample_lateness"] is None
+
+
+def test_a_window_follows_the_last_samples_only() -> None:
+    """Request latencies: a slow spell is forgotten once `window` faster requests followed it."""
+    latencies = Durations(window=100)
+    for _ in range(100):
+        latencies.append(0.050)
+    assert latencies.quantile(0.5) == pytest.approx(0.050, rel=0.02)
+    for _ in range(100):
+        latencies.append(0.001)
+    assert len(latencies) == 100
+    assert latencies.quantile(0.99) == pytest.approx(0.001, rel=0.02)
+    assert latencies.max_s == 0.050  # the maximum stays the whole run's

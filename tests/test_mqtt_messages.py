@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from mcpd import config
+from mcpd import config, status
 from mcpd.events import Event
+from mcpd.state import ModelStats
+from mcpd.status import StatusDocument
 from mcpd.telemetry import discovery, encoder
 from mcpd.telemetry.topics import Topics, device_id
 from tests.mqtt_status import FakeBoard
@@ -22,11 +24,18 @@ TELEMETRY_KEYS = {
 }  # fmt: skip
 
 
-def telemetry(status: dict[str, Any], seq: int = 7, rate: float | None = 12.5) -> Any:
+def telemetry(status: StatusDocument, seq: int = 7, rate: float | None = 12.5) -> Any:
     payload = encoder.telemetry(
-        status, device="b1", seq=seq, now=0.0, requests_per_s=rate, queued=3, dropped=2
+        status, device="b1", seq=seq, requests_per_s=rate, queued=3, dropped=2
     )
     return json.loads(payload)
+
+
+def document(ts: float = 1.0, **changes: Any) -> StatusDocument:
+    """A status document as the daemon makes it, with `changes` to its top-level keys."""
+    status = FakeBoard(clock=lambda: ts)()
+    status.update(changes)  # type: ignore[typeddict-item]
+    return status
 
 
 def test_telemetry_is_the_status_document_plus_seq_rate_and_spool() -> None:
@@ -49,18 +58,21 @@ def test_telemetry_is_the_status_document_plus_seq_rate_and_spool() -> None:
 
 
 def test_values_json_has_no_word_for_become_null() -> None:
-    status = {"ts": 1.0, "temperature_c": float("nan"), "powers": {"rail": float("inf")}}
-    message = telemetry(status)
+    message = telemetry(document(temperature_c=float("nan"), powers={"rail": float("inf")}))
     assert message["temperature_c"] is None and message["powers"] == {"rail": None}
 
 
 def test_request_rate_is_per_second_between_documents_and_unknown_after_a_reset() -> None:
     rate = encoder.RequestRate()
-    doc = {"ts": 10.0, "inference": {"a": {"requests": 100}, "b": {"requests": 50}}}
-    assert rate(doc) is None
-    assert rate({"ts": 12.0, "inference": {"a": {"requests": 130}, "b": {"requests": 60}}}) == 20.0
-    assert rate({"ts": 13.0, "inference": {"a": {"requests": 5}}}) is None  # daemon restarted
-    assert rate({"ts": 14.0, "inference": {"a": {"requests": 6}}}) == 1.0
+
+    def served(ts: float, **requests: int) -> StatusDocument:
+        models = {name: ModelStats(True, count) for name, count in requests.items()}
+        return document(ts, inference=status.inference(models))
+
+    assert rate(served(10.0, a=100, b=50)) is None
+    assert rate(served(12.0, a=130, b=60)) == 20.0
+    assert rate(served(13.0, a=5)) is None  # daemon restarted
+    assert rate(served(14.0, a=6)) == 1.0
 
 
 def test_an_event_carries_kind_message_and_data() -> None:
@@ -135,8 +147,8 @@ def test_discovery_configs_read_real_telemetry_and_follow_home_assistant_rules()
 
 
 def test_a_board_without_a_power_meter_gets_no_power_sensor() -> None:
-    status = {"ts": 1.0, "power_w": None, "powers": {}, "domains": {}}
-    configs = discovery.configs(status, Topics("mcpd", "rk"), "homeassistant", 1.0)
+    unmetered = document(power_w=None, powers={}, domains={})
+    configs = discovery.configs(unmetered, Topics("mcpd", "rk"), "homeassistant", 1.0)
     assert not any("power" in topic for topic in configs)
 
 

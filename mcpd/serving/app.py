@@ -27,6 +27,7 @@ from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.serving.statistics import Timing
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
+from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
@@ -66,7 +67,7 @@ class Endpoints:
         self,
         repository: Repository,
         shm: SharedMemory,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument | None],
         daemon: DaemonSection,
     ) -> None:
         self.repository = repository
@@ -203,7 +204,7 @@ class Endpoints:
             raise
         elapsed = time.monotonic() - started
         entry.statistics.succeeded(round(elapsed * 1e9), timing)
-        entry.latencies.add(elapsed * 1000)
+        entry.latencies.append(elapsed)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)
         return web.Response(
@@ -304,7 +305,10 @@ class Endpoints:
     # -- mcpd ------------------------------------------------------------------------------------
 
     async def mcpd_status(self, request: web.Request) -> web.Response:
-        return reply(self.status())
+        document = self.status()
+        if document is None:
+            return error("the governor has not published its status yet; try again", 503)
+        return reply(document)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body, content_type = self.exposition.render(request.headers.get("Accept", ""))

@@ -30,7 +30,9 @@ class Queued:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Dispatch:
+    """What the batcher does now: run the first `take` requests as one batch, or wait."""
+
     take: int
     """How many requests from the front of the queue to run now; 0 means wait."""
     wait_until: float | None = None
@@ -44,12 +46,12 @@ def decide(
     preferred: Collection[int],
     delay: float,
     expected: int,
-) -> Decision:
+) -> Dispatch:
     if not queue:
-        return Decision(0)
+        return Dispatch(0)
     first = queue[0]
     if first.rows >= limit:
-        return Decision(1)
+        return Dispatch(1)
     rows = count = best_preferred = 0
     blocked = False
     for item in queue:
@@ -61,13 +63,13 @@ def decide(
         if rows in preferred:
             best_preferred = count
     if rows == limit or blocked or expected <= 0:
-        return Decision(count)
+        return Dispatch(count)
     if best_preferred:
-        return Decision(best_preferred)
+        return Dispatch(best_preferred)
     deadline = first.arrived + delay
     if now >= deadline:
-        return Decision(count)
-    return Decision(0, deadline)
+        return Dispatch(count)
+    return Dispatch(0, deadline)
 
 
 class RecentPeak:

@@ -262,14 +262,14 @@ class StatusCollector:
 
     def __init__(
         self,
-        status: Callable[[], Mapping[str, Any]],
+        status: Callable[[], Mapping[str, Any] | None],
         stats: Callable[[], Mapping[str, ModelStats]],
     ) -> None:
         self.status = status
         self.stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        document = self.status()
+        document = self.status() or {}  # none before the governor's first: serving's part only
         yield from governor_families(document)
         yield from model_families(document, self.stats())
 
@@ -279,7 +279,7 @@ class Exposition:
 
     def __init__(
         self,
-        status: Callable[[], Mapping[str, Any]],
+        status: Callable[[], Mapping[str, Any] | None],
         stats: Callable[[], Mapping[str, ModelStats]],
     ) -> None:
         # auto_describe off: registering must not scrape (the status may not be there yet).

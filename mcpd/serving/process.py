@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from mcpd import config as config_module
 from mcpd import logs, status
@@ -28,6 +27,7 @@ from mcpd.events import Event, EventBus
 from mcpd.ipc import Channel, SharedBlock
 from mcpd.listen import Listener
 from mcpd.serving.service import InferenceService
+from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
@@ -78,9 +78,11 @@ class Serving:
         size = 0 if slot is None else self.block.batch(slot)
         return size if size > 0 else 1 << 30  # unset: the model's own max_batch bounds it
 
-    def status(self) -> dict[str, Any]:
-        document = self.block.status() or {}
-        if self.service is not None:
+    def status(self) -> StatusDocument | None:
+        """The governor's document with this process's own live model statistics; None until the
+        governor has published its first."""
+        document = self.block.status()
+        if document is not None and self.service is not None:
             document["inference"] = status.inference(self.service.stats())
         return document
 

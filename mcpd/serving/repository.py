@@ -12,18 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from mcpd.config import ModelSection
 from mcpd.events import Event, EventBus
 from mcpd.optimize.background import Built, Optimizer
+from mcpd.percentiles import Durations
 from mcpd.serving import backends
 from mcpd.serving.codec import VERSION, Interface
 from mcpd.serving.errors import LoadError, RequestError
@@ -33,25 +30,8 @@ from mcpd.state import ModelStats
 
 log = logging.getLogger("mcpd.serving")
 
-
-class Latencies:
-    """The last few thousand request latencies; appended on the event loop, read from anywhere."""
-
-    def __init__(self, size: int = 2048) -> None:
-        self._values: deque[float] = deque(maxlen=size)
-        self._lock = threading.Lock()
-
-    def add(self, ms: float) -> None:
-        with self._lock:
-            self._values.append(ms)
-
-    def percentiles(self) -> tuple[float | None, float | None]:
-        with self._lock:
-            values = np.array(self._values)
-        if not values.size:
-            return None, None
-        p50, p99 = np.percentile(values, [50, 99])
-        return float(p50), float(p99)
+LATENCY_WINDOW = 2048
+"""The status's request latency percentiles are over this many last requests."""
 
 
 @dataclass
@@ -67,7 +47,8 @@ class Entry:
     error: str | None = None
     statistics: Recorder = field(default_factory=Recorder)
     """Kept across reloads of the model: its counts since it was first configured."""
-    latencies: Latencies = field(default_factory=Latencies)
+    latencies: Durations = field(default_factory=lambda: Durations(window=LATENCY_WINDOW))
+    """Request latencies, appended on the event loop, read from anywhere."""
     optimized: dict[str, object] | None = None
     """What serves when `optimize` is on: precision, speedup and accuracy of the swapped-in model."""
 
@@ -261,7 +242,10 @@ def _file_identity(path: str) -> tuple[int, ...] | None:
 
 
 def _stats(entry: Entry) -> ModelStats:
-    p50, p99 = entry.latencies.percentiles()
+    latencies = entry.latencies
+    p50 = p99 = None
+    if len(latencies):
+        p50, p99 = latencies.quantile(0.5) * 1000, latencies.quantile(0.99) * 1000
     statistics = entry.statistics.snapshot()
     runs = statistics.execution_count
     busy_ns = sum(

@@ -7,7 +7,6 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 
@@ -21,6 +20,7 @@ from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
 from mcpd.state import ModelStats
+from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")
 
@@ -42,7 +42,7 @@ class InferenceService:
     def __init__(
         self,
         config: Config,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument | None],
         batch_size: Callable[[str], int],
         events: EventBus,
         *,

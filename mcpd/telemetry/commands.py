@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from mcpd.config import ProfileName
 from mcpd.telemetry.connection import publish_properties
 from mcpd.telemetry.encoder import dumps
 
@@ -33,11 +34,11 @@ class NoArgs(BaseModel):
 
 
 class ProfileArgs(NoArgs):
-    name: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+    name: ProfileName
     """A governor profile the daemon knows; it answers with an error for any other."""
 
 
-COMMANDS: dict[str, type[NoArgs]] = {
+COMMANDS: dict[str, type[NoArgs]] = {  # the one allow-list; the daemon runs these and no other
     "pause": NoArgs,  # hold the caps where they are
     "resume": NoArgs,
     "profile": ProfileArgs,

@@ -10,11 +10,11 @@ frequency domain, or turning discovery off, removes its sensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mcpd import __version__
+from mcpd.status import StatusDocument
 from mcpd.telemetry.encoder import dumps
 from mcpd.telemetry.topics import Topics
 
@@ -30,16 +30,15 @@ class Sensor:
     state_class: str | None = "measurement"
 
 
-def _sensors(status: Mapping[str, Any]) -> list[Sensor]:
+def _sensors(status: StatusDocument) -> list[Sensor]:
     sensors = [Sensor("temperature", "Temperature", ".temperature_c", "°C", "temperature")]
-    if status.get("power_w") is not None or status.get("powers"):
+    if status["power_w"] is not None or status["powers"]:
         sensors.append(Sensor("power", "Power", ".power_w", "W", "power"))
     sensors += [
         Sensor("request_rate", "Request rate", ".requests_per_s", "req/s"),
         Sensor("governor", "Governor", ".governor.state", state_class=None),
     ]
-    domains = status.get("domains")
-    for name in sorted(domains if isinstance(domains, Mapping) else ()):
+    for name in sorted(status["domains"]):
         if any(c in name for c in "'\\{}"):
             continue  # cannot be quoted safely in a template; sysfs names never have these
         key = "cap_" + "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
@@ -50,13 +49,13 @@ def _sensors(status: Mapping[str, Any]) -> list[Sensor]:
 
 
 def configs(
-    status: Mapping[str, Any], topics: Topics, ha_prefix: str, telemetry_s: float
+    status: StatusDocument, topics: Topics, ha_prefix: str, telemetry_s: float
 ) -> dict[str, bytes]:
     """Config topic → retained payload, for every sensor this board has."""
     device = {
         "identifiers": [f"mcpd_{topics.device}"],
         "name": f"mcpd {topics.device}",
-        "model": status.get("model") or status.get("platform") or "unknown",
+        "model": status["model"] or status["platform"] or "unknown",
         "sw_version": __version__,
     }
     result = {}

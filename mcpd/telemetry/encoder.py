@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcpd.events import Event
+from mcpd.status import StatusDocument
 
 SCHEMA = 1
 """Bumped only for a change that breaks a reader; new keys do not bump it."""
@@ -37,16 +38,15 @@ def dumps(document: Mapping[str, Any]) -> bytes:
 
 
 def telemetry(
-    status: Mapping[str, Any],
+    status: StatusDocument,
     *,
     device: str,
     seq: int,
-    now: float,
     requests_per_s: float | None,
     queued: int,
     dropped: int,
 ) -> bytes:
-    head = {"schema": SCHEMA, "device_id": device, "seq": seq, "ts": status.get("ts", now)}
+    head = {"schema": SCHEMA, "device_id": device, "seq": seq, "ts": status["ts"]}
     tail = {"requests_per_s": requests_per_s, "spool": {"queued": queued, "dropped": dropped}}
     return dumps({**head, **status, **tail})
 
@@ -70,17 +70,10 @@ class RequestRate:
     def __init__(self) -> None:
         self._last: tuple[float, int] | None = None
 
-    def __call__(self, status: Mapping[str, Any]) -> float | None:
-        ts = status.get("ts")
-        inference = status.get("inference")
-        if not isinstance(ts, int | float) or not isinstance(inference, Mapping):
-            return None
-        total = sum(
-            stats.get("requests", 0)
-            for stats in inference.values()
-            if isinstance(stats, Mapping) and isinstance(stats.get("requests", 0), int)
-        )
-        last, self._last = self._last, (float(ts), total)
+    def __call__(self, status: StatusDocument) -> float | None:
+        ts = status["ts"]
+        total = sum(stats["requests"] for stats in status["inference"].values())
+        last, self._last = self._last, (ts, total)
         if last is None or ts <= last[0] or total < last[1]:
             return None  # first sample, a clock step back, or counters reset by a restart
-        return round(float(total - last[1]) / (float(ts) - last[0]), 3)
+        return round((total - last[1]) / (ts - last[0]), 3)

@@ -17,7 +17,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import paho.mqtt.client as paho
 
 from mcpd.config import MqttSection
 from mcpd.events import Event
+from mcpd.status import StatusDocument
 from mcpd.telemetry import commands, connection, discovery, encoder
 from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
 from mcpd.telemetry.spool import Spool
@@ -33,7 +34,7 @@ from mcpd.telemetry.topics import Topics
 
 log = logging.getLogger("mcpd.telemetry")
 
-StatusSource = Callable[[], Mapping[str, Any]]
+StatusSource = Callable[[], StatusDocument]
 FLUSH_S = 2.0
 """At stop, how long to keep delivering the spool; what is left stays on disk for the next run."""
 OFFLINE_ACK_S = 1.0
@@ -50,14 +51,13 @@ class Publisher:
         status: StatusSource,
         run_command: commands.Runner | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         self.mqtt = mqtt
         self.topics = Topics(mqtt.topic_prefix, device)
         self._spool_path = spool_path
         self._status = status
         self._run_command = run_command
-        self._clock, self._wall = clock, wall
+        self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -70,7 +70,7 @@ class Publisher:
         self._inflight: dict[int, int] = {}
         """paho message id -> spooled message id."""
         self._rate = encoder.RequestRate()
-        self._last_status: Mapping[str, Any] | None = None
+        self._last_status: StatusDocument | None = None
         self._discovered = discovery.Published()
         self._offline_mid: int | None = None
         self._offline_acked = False
@@ -173,7 +173,6 @@ class Publisher:
                 status,
                 device=self.topics.device,
                 seq=self._spool.next_seq(),
-                now=self._wall(),
                 requests_per_s=self._rate(status),
                 queued=len(self._spool),
                 dropped=self._spool.dropped,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mcpd.config import Config, MqttSection
 from mcpd.events import Event, EventBus
+from mcpd.status import StatusDocument
 from mcpd.telemetry import commands
 from mcpd.telemetry.publisher import Publisher
 from mcpd.telemetry.topics import MACHINE_ID, device_id
@@ -41,7 +41,7 @@ class TelemetryService:
     def __init__(
         self,
         config: Config,
-        status: Callable[[], Mapping[str, Any]],
+        status: Callable[[], StatusDocument],
         events: EventBus,
         commands: commands.Runner | None = None,
         machine_id: Path = MACHINE_ID,

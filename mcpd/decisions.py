@@ -1,0 +1,109 @@
+"""Decisions: the configured policy applied to the readings, moving the caps and batch sizes.
+
+"hysteresis" steps every domain's target by the governor's factors (with the optional raise hold);
+"adaptive" moves all domains together between uniform levels built from their frequency tables.
+The policies themselves are pure (governors/); this keeps the state they hand back between samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from governors import (
+    Action,
+    AdaptivePolicy,
+    DomainSteps,
+    HysteresisGovernor,
+    Level,
+    RaiseHold,
+    Readings,
+    Verdict,
+    allowed_mhz,
+    uniform_levels,
+)
+from mcpd.actuation import Actuators, CapChange, DomainControl
+
+
+class PolicyDriver:
+    def __init__(self, adaptive: AdaptivePolicy, raise_hold_s: float) -> None:
+        self._hold = RaiseHold(raise_hold_s)
+        self._adaptive = adaptive.start(())
+        self.levels: tuple[Level, ...] = ()
+        """The adaptive policy's levels for the domains governed now."""
+
+    def decide(
+        self,
+        policy: str,
+        governor: HysteresisGovernor,
+        adaptive: AdaptivePolicy,
+        readings: Readings,
+        newest_temperature: tuple[float, float] | None,
+        now: float,
+        actuators: Actuators,
+    ) -> tuple[Verdict, list[CapChange]]:
+        """The verdict on `readings` and the caps written for it."""
+        if policy != "adaptive":
+            verdict, self._hold = self._hold.apply(governor.verdict(readings), now)
+            return verdict, actuators.apply(governor, verdict)
+        if newest_temperature is not None and readings.temp_c is not None:
+            self._adaptive = adaptive.observe(self._adaptive, *newest_temperature)
+        before = self._adaptive.level
+        verdict, self._adaptive = adaptive.decide(self._adaptive, readings, now, self.levels)
+        if self._adaptive.level == before or not self.levels:
+            return verdict, []
+        return verdict, actuators.set_targets(dict(self.levels[self._adaptive.level].caps_mhz))
+
+    def update_levels(self, controls: Mapping[str, DomainControl]) -> None:
+        """The adaptive policy's levels from the domains' tables and ranges; when they change,
+        it continues from the highest level not above the one it was at."""
+        steps = [
+            DomainSteps(name, c.domain.max_mhz, allowed_mhz(c.domain.available_mhz, c.low, c.high))
+            for name, c in controls.items()
+        ]
+        levels = uniform_levels(steps)
+        if levels == self.levels:
+            return
+        fraction = self.levels[self._adaptive.level].fraction if self.levels else 1.0
+        level = max((i for i, lv in enumerate(levels) if lv.fraction <= fraction), default=0)
+        self.levels = levels
+        self._adaptive = replace(self._adaptive, level=level)
+
+    def reload(self, raise_hold_s: float, adaptive: AdaptivePolicy, restart_adaptive: bool) -> None:
+        """New settings: the raise hold starts over; a new adaptive policy keeps the level."""
+        self._hold = RaiseHold(raise_hold_s)
+        if restart_adaptive:
+            self._adaptive = replace(adaptive.start(self.levels), level=self._adaptive.level)
+
+
+class BatchSizes:
+    """Each model's batch size, moved by the same verdicts as the caps."""
+
+    def __init__(self, max_batches: Mapping[str, int]) -> None:
+        self.sizes: Mapping[str, int] = dict(max_batches)
+        """A new mapping (never changed in place) after each change: one reference swap, so the
+        batcher on another thread never sees a half-updated one."""
+
+    def step(
+        self, governor: HysteresisGovernor, verdict: Verdict, max_batches: Mapping[str, int]
+    ) -> dict[str, tuple[int, int]]:
+        """Move every model's batch size with `verdict`; returns the changed ones, (old, new)."""
+        changed: dict[str, tuple[int, int]] = {}
+        if verdict.action is Action.HOLD:
+            return changed
+        sizes = dict(self.sizes)
+        for model, max_batch in max_batches.items():
+            old = sizes.get(model, max_batch)
+            new = int(governor.step_batch(verdict, old, max_batch).new)
+            if new != old:
+                sizes[model] = new
+                changed[model] = (old, new)
+        if changed:
+            self.sizes = sizes
+        return changed
+
+    def reload(self, max_batches: Mapping[str, int]) -> None:
+        """The configured models, each kept at its size but not above its new maximum."""
+        self.sizes = {
+            name: min(self.sizes.get(name, top), top) for name, top in max_batches.items()
+        }

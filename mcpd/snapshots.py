@@ -1,0 +1,60 @@
+"""The loop's state as one immutable `Snapshot`, built from its parts after every decision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mcpd.actuation import DomainControl
+from mcpd.board import Board
+from mcpd.readback import Readback
+from mcpd.state import DomainStatus, LastAction, Snapshot
+from mcpd.thermal_forecast import headroom
+from sensors import PowerSample, SensorSet, TemperatureSample
+
+
+def build(
+    *,
+    ts: float,
+    board: Board,
+    sensors: SensorSet,
+    temperature: TemperatureSample,
+    power: PowerSample,
+    controls: Mapping[str, DomainControl],
+    clocks: Readback,
+    state: str,
+    profile: str,
+    policy: str,
+    temp_high_c: float,
+    last_action: LastAction | None,
+    batch: Mapping[str, int],
+) -> Snapshot:
+    return Snapshot(
+        ts=ts,
+        platform=board.platform,
+        model=board.model,
+        temperature_c=temperature.celsius,
+        power_w=power.watts,
+        power_estimated=sensors.power_plan.estimated,
+        metered=sensors.power_plan.metered,
+        temperatures={r.name: r.celsius for r in temperature.readings},
+        powers={r.name: r.watts for r in power.readings},
+        domains=tuple(
+            DomainStatus(
+                name,
+                c.domain.kind,
+                clocks.caps.get(name),
+                clocks.curs.get(name),
+                c.target,
+                c.low,
+                c.high,
+            )
+            for name, c in controls.items()
+        ),
+        state=state,
+        profile=profile,
+        last_action=last_action,
+        batch=dict(batch),
+        headroom=headroom(temperature.celsius, temp_high_c),
+        external_cap_changes=clocks.external_changes,
+        policy=policy,
+    )

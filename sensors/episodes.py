@@ -1,0 +1,47 @@
+"""Faults said once per episode: the one rule for a problem that repeats at every sample.
+
+A sensor read, a cap write or a save that fails at 10 Hz must not flood the journal, yet its start
+and its end must each be said. An episode of a key starts with its first failure (say it), its
+repeats are quiet, and it ends with the first success (say that once). With `say_changes`, a failure
+for another reason than the one said is said too (a save failing first for a full disk, then for a
+removed folder). Lives in `sensors`, the lowest layer that logs, so that the sensor adapters and the
+daemon use the same one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+class Episodes(Generic[Key]):
+    def __init__(self, *, say_changes: bool = False, limit: int | None = None) -> None:
+        self.say_changes = say_changes
+        self.limit = limit
+        """The most keys kept failing at once; the oldest episode is forgotten beyond it."""
+        self._why: dict[Key, str] = {}
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._why
+
+    def __len__(self) -> int:
+        return len(self._why)
+
+    def why(self, key: Key) -> str | None:
+        """Why `key` is failing, or None when it is not."""
+        return self._why.get(key)
+
+    def fail(self, key: Key, why: str = "") -> bool:
+        """Record a failure; True when it is to be said (an episode starts, or with `say_changes`
+        its reason changed)."""
+        before = self._why.pop(key, None)
+        if before is None and self.limit is not None and len(self._why) >= self.limit:
+            del self._why[next(iter(self._why))]
+        self._why[key] = why
+        return before is None or (self.say_changes and before != why)
+
+    def succeed(self, key: Key) -> bool:
+        """Record a success; True when it ends an episode (say that once)."""
+        return self._why.pop(key, None) is not None

@@ -1,0 +1,90 @@
+"""The status document's typed contract (mcpd.status): what the daemon builds has exactly its keys
+and types, and every path the document takes keeps that shape."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
+
+from mcpd import status
+from mcpd.ipc import STATUS_BYTES, SharedBlock
+from mcpd.timing import LoopTiming
+from tests.mqtt_status import FakeBoard
+from tests.serving_server import Served, config
+
+
+def mismatches(value: Any, hint: Any, where: str = "document") -> list[str]:
+    """Where `value` does not have the shape `hint` (a TypedDict of the contract) says."""
+    if is_typeddict(hint):
+        if not isinstance(value, dict):
+            return [f"{where}: {value!r} is not an object"]
+        hints = get_type_hints(hint)
+        found = [f"{where}: extra key {key!r}" for key in value.keys() - hints.keys()]
+        found += [f"{where}: no key {key!r}" for key in hints.keys() - value.keys()]
+        for key in hints.keys() & value.keys():
+            found += mismatches(value[key], hints[key], f"{where}.{key}")
+        return found
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [mismatches(value, option, where) for option in get_args(hint)]
+        return [] if any(not found for found in options) else min(options, key=len)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where}: {value!r} is not an object"]
+        _, item = get_args(hint)
+        return [p for key, v in value.items() for p in mismatches(v, item, f"{where}[{key!r}]")]
+    if hint is type(None):
+        return [] if value is None else [f"{where}: {value!r} is not null"]
+    if hint is object:
+        return []
+    allowed = (int, float) if hint is float else hint
+    ok = isinstance(value, allowed) and (hint is bool or not isinstance(value, bool))
+    return [] if ok else [f"{where}: {value!r} is not {hint.__name__}"]
+
+
+def test_the_document_has_exactly_the_contracts_keys_and_types() -> None:
+    document = FakeBoard()()
+    document["daemon"] = status.DaemonStats("normal")()
+    timing = LoopTiming()
+    timing.lateness_s.append(0.001)
+    document["loop"] = timing.summary()
+    assert mismatches(document, status.StatusDocument) == []
+    assert mismatches(json.loads(json.dumps(document)), status.StatusDocument) == []
+
+
+def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:
+    document: dict[str, Any] = dict(FakeBoard()())
+    del document["thermal"]
+    document["governor"] = {**document["governor"], "external_cap_changes": "3"}
+    assert sorted(mismatches(document, status.StatusDocument)) == [
+        "document.governor.external_cap_changes: '3' is not int",
+        "document: no key 'thermal'",
+    ]
+
+
+def test_a_document_too_big_for_shared_memory_keeps_the_contracts_shape() -> None:
+    document = FakeBoard()()
+    document["temperatures"] = {f"sensor-{i:06d}-{'x' * 40}": 40.0 for i in range(6000)}
+    assert len(json.dumps(document)) > STATUS_BYTES
+    block = SharedBlock.create()
+    try:
+        block.set_status(document)
+        published = block.status()
+    finally:
+        block.close()
+    assert published is not None and mismatches(published, status.StatusDocument) == []
+    assert published["temperatures"] == {} and published["domains"] == {}
+    assert published["temperature_c"] == document["temperature_c"]
+
+
+def test_status_before_the_governors_first_document_is_a_clear_503(tmp_path: Path) -> None:
+    served = Served(config(tmp_path, []), status=lambda: None)
+    try:
+        with served.client() as client:
+            reply = client.request("GET", "/v2/mcpd/status")
+    finally:
+        served.close()
+    assert reply.status == 503
+    assert "has not published its status yet" in json.loads(reply.body)["error"]
