@@ -20,7 +20,8 @@ Two channels, each chosen for what crosses it:
                          (at start and at every reload: the whole configuration, already validated)
     serving -> governor  {"kind": "ready"}                       (listening, models loading)
                          {"kind": "event", "event": {"kind", "message", "data", "ts"}}
-                         {"kind": "stats", "models": {"name": {ModelStats fields}}}  (once a second)
+                         {"kind": "stats", "models": {"name": {ModelStats fields}}}  (once a second;
+                         `statistics` is null: Triton's counts stay in the serving process)
 
 A model keeps its slot for the governor's lifetime, so a reload never makes the batcher read
 another model's size.

@@ -4,6 +4,7 @@ whose user the kernel names (docs/serving-protocol.md §8)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -20,6 +21,7 @@ import pytest
 from mcpd import config as config_module
 from mcpd.demo import MODEL
 from mcpd.listen import SocketError, bind_tcp, tcp_address
+from mcpd.serving.connections import Acceptor
 from mcpd.serving.peers import Peers
 from tests.mqtt_broker import free_port
 from tests.serving_models import scale
@@ -108,6 +110,38 @@ def test_a_loopback_tcp_peer_is_the_user_that_made_its_socket(
             assert Peers(str(tmp_path)).uid(_Transport(accepted)) is None  # type: ignore[arg-type]
 
 
+def test_tcp_connections_send_small_writes_at_once() -> None:
+    """TCP_NODELAY on every accepted TCP connection: a response is more than one write, and Nagle
+    would hold the last one for the client's delayed ACK."""
+
+    class Kept(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            made.set_result(transport)
+
+    async def main() -> int:
+        listener = bind_tcp(tcp_address(f"127.0.0.1:{free_port()}"), "test")
+        acceptor = Acceptor([listener], Kept, lambda: 10)
+        acceptor.start()
+        _, writer = await asyncio.open_connection(*listener.getsockname())
+        transport = await asyncio.wait_for(made, 10)
+        nodelay = transport.get_extra_info("socket").getsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY
+        )
+        writer.close()
+        transport.close()
+        acceptor.stop()
+        listener.close()
+        return int(nodelay)
+
+    made: asyncio.Future[asyncio.BaseTransport]
+    loop = asyncio.new_event_loop()
+    made = loop.create_future()
+    try:
+        assert loop.run_until_complete(main()) == 1
+    finally:
+        loop.close()
+
+
 @pytest.fixture
 def over_tcp(tmp_path: Path) -> Iterator[tuple[Served, int]]:
     port = free_port()
@@ -191,6 +225,8 @@ def test_over_tcp_a_user_registers_only_its_own_shared_memory(
 
 
 def test_the_governor_holds_the_tcp_listener_across_serving_restarts(tmp_path: Path) -> None:
+    """The next serving process answers on the same port; during a crash loop the governor's
+    stand-in answers it, as it answers the socket."""
     port = free_port()
     sock = tmp_path / "mcpd.sock"
     daemon = RunningDaemon(
@@ -201,16 +237,23 @@ def test_the_governor_holds_the_tcp_listener_across_serving_restarts(tmp_path: P
     )
     try:
         daemon.wait_for(lambda: _ready_over_tcp(port), 60)
-        child = serving_pid(sock)
-        os.kill(child, signal.SIGKILL)
-        new_child(daemon, sock, child)
-        status, document = request(port, "GET", "/v2/mcpd/status")
-        assert status == 200 and isinstance(document, dict)
-        assert document["serving"]["restarts"] == 1
-        assert document["serving"]["pid"] not in (None, child)
         assert f"serving the Open Inference Protocol on {sock} and 127.0.0.1:{port}" in (
             daemon.log.read_text()
         )
+        child = serving_pid(sock)
+        for restarts in range(1, 5):  # quick exits: restarts after 0, 0.5, 1, then 2 s
+            os.kill(child, signal.SIGKILL)
+            child = new_child(daemon, sock, child)
+            status, document = request(port, "GET", "/v2/mcpd/status")
+            assert status == 200 and isinstance(document, dict)
+            assert document["serving"]["restarts"] == restarts
+            assert document["serving"]["pid"] == child
+        os.kill(child, signal.SIGKILL)  # the fifth in a row: 4 s until the next start
+        daemon.wait_for(lambda: "next start in 4 s" in daemon.log.read_text(), 10)
+        status, document = request(port, "GET", "/v2/mcpd/status")
+        assert status == 200 and isinstance(document, dict)
+        assert document["serving"]["state"] == "restarting"
+        assert request(port, "POST", "/v2/models/demo/infer", {})[0] == 503
     finally:
         daemon.close()
 

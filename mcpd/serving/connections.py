@@ -104,6 +104,11 @@ class Acceptor:
                 self._loop.call_later(ACCEPT_RETRY_S, self._resume)
                 return
             conn.setblocking(False)
+            if conn.family != socket.AF_UNIX:
+                # A response goes out in more than one write: without this, Nagle holds the
+                # second until the client's delayed ACK (up to 40 ms on Linux). asyncio sets it
+                # only when the socket says IPPROTO_TCP, which one made with protocol 0 does not.
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.open += 1
             task = self._loop.create_task(self._connect(conn))
             self._connecting.add(task)

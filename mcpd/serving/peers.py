@@ -1,4 +1,5 @@
-"""Which user a client connection belongs to, for shared memory (mcpd.serving.shm).
+"""Which user a client connection belongs to, for shared memory (mcpd.serving.shm;
+docs/serving-protocol.md §8.1).
 
 On the Unix socket the kernel says so: SO_PEERCRED, the credentials of the process that connected
 (unix(7)). A TCP connection has no such option, but a loopback one has both ends on this kernel,
