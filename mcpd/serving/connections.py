@@ -25,6 +25,8 @@ log = logging.getLogger("mcpd.serving.connections")
 RESERVED_DESCRIPTORS = 128 + MAX_REGIONS
 """Kept free of connections: the governor's sensor and cap files, the state and spool files, the
 MQTT and udev sockets, model files while they load; and one per shared memory region."""
+SOCKET_CAP = "[daemon] max_connections, within the descriptor limit"
+"""What sets the socket's cap, for the log line at the cap."""
 ACCEPT_RETRY_S = 1.0
 """After accept() itself fails (EMFILE, ENFILE, ENOBUFS: the system, not a client), as asyncio
 does."""
@@ -56,7 +58,7 @@ class Acceptor:
         socks: Sequence[socket.socket],
         factory: Callable[[], asyncio.BaseProtocol],
         cap: Callable[[], int],
-        cap_name: str,
+        cap_name: str = SOCKET_CAP,
     ) -> None:
         self.socks = tuple(socks)
         self.cap_name = cap_name

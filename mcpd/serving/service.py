@@ -15,7 +15,7 @@ from mcpd.events import EventBus
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.optimize.background import Optimizer
 from mcpd.serving.app import Endpoints
-from mcpd.serving.connections import Acceptor, connection_cap
+from mcpd.serving.connections import SOCKET_CAP, Acceptor, connection_cap
 from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
@@ -86,7 +86,6 @@ class InferenceService:
             self.endpoints.application(),
             listening,
             lambda: min(cap, self.config.daemon.max_connections),
-            "[daemon] max_connections, within the descriptor limit",
         )
         if "metrics" in self._tcp:
             self._metrics_runner, self.scrapes = await self._serve(
@@ -107,7 +106,7 @@ class InferenceService:
         application: web.Application,
         listening: list[socket.socket],
         cap: Callable[[], int],
-        cap_name: str,
+        cap_name: str = SOCKET_CAP,
     ) -> tuple[web.AppRunner, Acceptor]:
         # handler_cancellation: a client that disconnects cancels its handler, which takes its
         # request out of the queue. keepalive_timeout: aiohttp closes a connection that has not
