@@ -5,6 +5,10 @@ one status document and the models' statistics into metric families: nothing is 
 nothing is kept for Prometheus between scrapes. Each service has a registry of its own, never the
 library's global one. Names, units and types follow Prometheus' conventions; docs/metrics.md lists
 every family and why it is named so.
+
+The document is read key by key with a default rather than through mcpd.status's TypedDicts: a
+key the governor does not send (yet: issue 15's `thermal.seconds_to_throttle`, `power_source`,
+`inference.*.joules_per_inference`) is a family without samples, never a failed scrape.
 """
 
 from __future__ import annotations
