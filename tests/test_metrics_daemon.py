@@ -19,7 +19,7 @@ from mcpd.client import Client
 from mcpd.demo import MODEL
 from tests.mqtt_broker import free_port
 from tests.test_daemon import RunningDaemon
-from tests.test_supervisor import ready
+from tests.test_supervisor import new_child, ready, serving_pid
 
 REQUESTS = 5
 
@@ -151,3 +151,29 @@ def test_a_scrape_during_a_serving_restart_waits_and_is_answered(
 
     running.wait_for(restart_counted, 10)
     assert "exited (signal SIGKILL)" in running.log.read_text()
+
+
+def test_during_a_crash_loop_a_scrape_gets_503_from_the_governor(tmp_path: Path) -> None:
+    sock, port = tmp_path / "mcpd.sock", free_port()
+    running = RunningDaemon(
+        tmp_path,
+        f'[daemon]\nsocket = "{sock}"\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+        f'[[models]]\nname = "demo"\npath = "{MODEL}"\n',
+    )
+    try:
+        running.wait_for(lambda: ready(sock, "demo"), 60)
+        child = serving_pid(sock)
+        for _ in range(4):  # quick exits: restarts after 0, 0.5, 1, then 2 s
+            os.kill(child, signal.SIGKILL)
+            child = new_child(running, sock, child)
+        os.kill(child, signal.SIGKILL)  # the fifth in a row: 4 s until the next start
+        running.wait_for(lambda: "next start in 4 s" in running.log.read_text(), 10)
+        status, headers, body = get(port, "/metrics")
+        assert status == 503 and headers["Retry-After"]
+        assert "serving is restarting" in body and "SIGKILL" in body
+        assert get(port, "/v2/mcpd/status")[0] == 404  # the socket's status is not on this port
+        new_child(running, sock, child)
+        assert get(port, "/metrics")[0] == 200  # the next serving process answers it again
+    finally:
+        running.close()
