@@ -47,6 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
     from mcpd.daemon import Daemon
+    from mcpd.listen import SocketError
     from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
 
@@ -92,6 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
         )
         return asyncio.run(daemon.run())
+    except SocketError as exc:  # the socket or a TCP port taken: the caps are restored already
+        print(f"mcpd run: {exc}", file=sys.stderr)
+        return 1
     finally:
         stop_sim.set()
         if sim_thread is not None:

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,3 +264,26 @@ def _ready_over_tcp(port: int) -> bool:
         return request(port, "GET", "/v2/models/demo/ready")[0] == 200
     except OSError:
         return False
+
+
+def test_a_port_in_use_stops_the_daemon_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config_file = tmp_path / "mcpd.toml"
+        config_file.write_text(
+            f'[daemon]\nsocket = "{tmp_path / "mcpd.sock"}"\nstate_dir = "{tmp_path / "s"}"\n'
+            f'[serving]\nhttp = "127.0.0.1:{port}"\n'
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "mcpd", "run", "--config", str(config_file),
+             "--simulate", "rk3588", "--sim-root", str(tmp_path / "board")],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"mcpd run: cannot listen on 127.0.0.1:{port} ([serving] http): Address already in use"
+    )
+    assert "baseline caps restored" in done.stderr
