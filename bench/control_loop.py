@@ -98,9 +98,12 @@ def onnx_model(path: Path) -> None:
         nodes.append(helper.make_node("Relu", [f"h{layer}"], [f"r{layer}"]))
         previous = f"r{layer}"
     graph = helper.make_graph(
-        nodes, "hog", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 512])],
-        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [64, 512])], inits,
-    )  # fmt: skip
+        nodes,
+        "hog",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 512])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [64, 512])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 

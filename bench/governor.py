@@ -1,7 +1,8 @@
 """The governor with serving in a process of its own: its loop timing in four conditions, a serving
 process killed under full load, and the governor's memory and idle CPU.
 
-    .venv/bin/python bench/governor.py [--seconds 40] [--baseline-tree DIR] [--only footprint]
+    .venv/bin/python bench/governor.py [--seconds 40] [--rounds N] [--baseline-tree DIR]
+                                       [--only footprint]
 
 Each run is the real `mcpd run` governing a simulated Orin Nano (the simulator in a process of its
 own, as the hardware would be) and serving a ResNet-50-shaped model; the figures are the governor's
@@ -13,8 +14,10 @@ runs so that both see the same machine.
 
 Then, in this tree: two clients saturating the model and the serving process killed with SIGKILL
 after a third of the run: the time until serving answers again and the governor's largest sample
-lateness over the run; and on an idle run the governor's RSS and CPU (the serving process apart),
-without and with `[metrics] listen` scraped once a second, interleaved (--rounds each).
+lateness over the run. Last, on an idle board (the simulator live, so values change as on a real
+board), the governor's RSS and CPU, the serving process apart: `--rounds` runs of each tree, and
+of this tree with `[metrics] listen` scraped once a second, interleaved, the median and every run.
+`--only footprint` measures only that.
 """
 
 from __future__ import annotations
@@ -189,13 +192,13 @@ def kill_under_load(model: Path, seconds: float) -> dict[str, Any]:
     return {"ready_again_s": round(back_s, 2), "loop": doc["loop"]}
 
 
-def footprint(model: Path, seconds: float, metrics: bool) -> dict[str, Any]:
+def footprint(tree: Path | None, model: Path, seconds: float, metrics: bool) -> dict[str, Any]:
     port = free_port()
     extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n' if metrics else ""
     with (
         simulated_board("idle") as board,
         tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
-        daemon(None, board, model, Path(folder), extra) as sock,
+        daemon(tree, board, model, Path(folder), extra) as sock,
         scraping(port) if metrics else nothing() as scrapes,
     ):
         doc = status(sock)
@@ -245,20 +248,23 @@ def scraping(port: int) -> Iterator[Callable[[], int]]:
         thread.join(15)
 
 
-def idle_footprint(model: Path, seconds: float, rounds: int) -> dict[str, Any]:
-    """Medians over interleaved runs without and with the metrics port."""
-    runs: dict[str, list[dict[str, Any]]] = {"metrics off": [], "metrics on, scraped 1/s": []}
+def footprints(
+    variants: dict[str, tuple[Path | None, bool]], model: Path, seconds: float, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Each variant (a tree, and whether its metrics port is on and scraped) `rounds` times,
+    interleaved: the same machine for all."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
     for _ in range(rounds):
-        for label in runs:
-            runs[label].append(footprint(model, seconds, metrics=label != "metrics off"))
-    return {
-        label: {
-            key: statistics.median(run[key] for run in done)
-            for key in ("governor_rss_mb", "governor_cpu_percent", "serving_rss_mb", "scrapes")
-        }
-        | {"rounds": len(done)}
-        for label, done in runs.items()
-    }
+        for label, (tree, metrics) in variants.items():
+            runs[label].append(footprint(tree, model, seconds, metrics))
+    out: dict[str, dict[str, Any]] = {}
+    for label, measured in runs.items():
+        out[label] = {"rounds": len(measured), "scheduling": measured[0]["scheduling"]}
+        for key in ("governor_rss_mb", "governor_cpu_percent", "serving_rss_mb", "scrapes"):
+            values = [run[key] for run in measured]
+            out[label][key] = round(statistics.median(values), 2)
+            out[label][f"{key}_runs"] = values
+    return out
 
 
 def main() -> None:
@@ -268,7 +274,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0, help="per run")
     parser.add_argument("--rounds", type=int, default=1, help="runs per condition and tree")
     parser.add_argument("--baseline-tree", type=Path, help="an earlier checkout to compare with")
-    parser.add_argument("--only", choices=["footprint"], help="only the idle footprint")
+    parser.add_argument("--only", choices=["footprint"], help="measure only the idle footprint")
     args = parser.parse_args()
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline_tree is not None:
@@ -276,11 +282,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         model = Path(tmp) / "resnet50.onnx"
         onnx.save(resnet50(), model)
-        report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
+        report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        report["cpus"] = os.cpu_count()
         if args.only is None:
             report["conditions"] = conditions(trees, model, args.seconds, args.rounds)
             report["serving_killed_under_load"] = kill_under_load(model, args.seconds)
-        report["idle_footprint"] = idle_footprint(model, args.seconds, args.rounds)
+        variants = {label: (tree, False) for label, tree in trees.items()}
+        variants["this tree, [metrics] listen scraped 1/s"] = (None, True)
+        report["idle_footprint"] = footprints(variants, model, args.seconds, args.rounds)
     print(json.dumps(report, indent=1))
 
 

@@ -57,9 +57,22 @@ def daemon(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]
         f'[daemon]\nsocket = "{sock}"\nstate_dir = "{folder / "state"}"\n'
         f'[[models]]\nname = "demo"\npath = "{MODEL}"\nmax_batch = 8\n'
     )
-    command = [sys.executable, "-m", "mcpd", "run", "--config", str(config),
-               "--simulate", "jetson-orin-nano", "--sim-root", str(board),
-               "--sim-load", "sustained", "--sim-speed", "4"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "run",
+        "--config",
+        str(config),
+        "--simulate",
+        "jetson-orin-nano",
+        "--sim-root",
+        str(board),
+        "--sim-load",
+        "sustained",
+        "--sim-speed",
+        "4",
+    ]
     limit = (DAEMON_NOFILE, DAEMON_NOFILE)
     with open(folder / "daemon.log", "wb") as log:
         process = subprocess.Popen(
@@ -156,8 +169,9 @@ def json_near_limit() -> bytes:
     data = ",".join(["0.1234567"] * (2 * 3 * 64 * 64))
     body = (
         '{"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, 3, 64, 64], "data": ['
-        + data + "]}]}"
-    ).encode()  # fmt: skip
+        + data
+        + "]}]}"
+    ).encode()
     return HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
@@ -165,9 +179,11 @@ def big_bodies() -> tuple[bytes, bytes]:
     json_body = HEAD + f"Content-Length: {BIG}\r\n\r\n".encode() + b"[" + b"0.5," * (BIG // 4 - 1)
     header = b'{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 64, 64], "parameters": {"binary_data_size": 49152}}]}'
     binary = (
-        HEAD + f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {BIG}\r\n\r\n".encode()
-        + header + bytes(BIG - len(header))
-    )  # fmt: skip
+        HEAD
+        + f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {BIG}\r\n\r\n".encode()
+        + header
+        + bytes(BIG - len(header))
+    )
     return json_body, binary
 
 
@@ -175,9 +191,18 @@ async def shm_tricks(sock: Path, stop: asyncio.Event, outcomes: Counter[str]) ->
     key = f"mcpd-bench-hostile-{os.getpid()}"
     obj = Path("/dev/shm") / key
     link = Path("/dev/shm") / f"{key}-link"
-    infer = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 64, 64],
-                        "parameters": {"shared_memory_region": "h",
-                                       "shared_memory_byte_size": 49152}}]}).encode()  # fmt: skip
+    infer = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "image",
+                    "datatype": "FP32",
+                    "shape": [1, 3, 64, 64],
+                    "parameters": {"shared_memory_region": "h", "shared_memory_byte_size": 49152},
+                }
+            ]
+        }
+    ).encode()
 
     def post(target: str, body: bytes = b"") -> bytes:
         return (
@@ -222,11 +247,17 @@ def hostile(
         done = asyncio.Event()
         every = {
             "slow header": [slow_header(sock, done, outcomes["slow header"]) for _ in range(1100)],
-            "60 MB JSON": [repeat(done, exchange, sock, big_json, outcomes["60 MB JSON"]) for _ in range(4)],
-            "60 MB binary": [repeat(done, exchange, sock, big_binary, outcomes["60 MB binary"]) for _ in range(8)],
-            "256 KiB JSON": [repeat(done, exchange, sock, near, outcomes["256 KiB JSON"]) for _ in range(4)],
+            "60 MB JSON": [
+                repeat(done, exchange, sock, big_json, outcomes["60 MB JSON"]) for _ in range(4)
+            ],
+            "60 MB binary": [
+                repeat(done, exchange, sock, big_binary, outcomes["60 MB binary"]) for _ in range(8)
+            ],
+            "256 KiB JSON": [
+                repeat(done, exchange, sock, near, outcomes["256 KiB JSON"]) for _ in range(4)
+            ],
             "shm tricks": [shm_tricks(sock, done, outcomes["shm tricks"])],
-        }  # fmt: skip
+        }
         for kind in KINDS:
             if kind not in kinds:
                 for unused in every.pop(kind):

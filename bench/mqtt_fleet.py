@@ -196,14 +196,18 @@ def main() -> int:
         with Mosquitto(folder / "broker", extra="max_connections -1") as broker:
             shares = one_daemon(broker, folder / "spools", args.solo_seconds)
             results = fleet(broker, folder / "spools", steps, args.window)
-    print("| boards | received/s | seq gaps | p50 ms | p99 ms | max ms | publisher cores | "
-          "broker cores | subscriber cores | CPU per board | sustained |")  # fmt: skip
+    print(
+        "| boards | received/s | seq gaps | p50 ms | p99 ms | max ms | publisher cores | "
+        "broker cores | subscriber cores | CPU per board | sustained |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
     for r in results:
-        print(f"| {r['boards']} | {r['received_per_s']} | {r['seq_gaps']} | {r['p50_ms']} | "
-              f"{r['p99_ms']} | {r['max_ms']} | {r['publisher_cores']} | {r['broker_cores']} | "
-              f"{r['subscriber_cores']} | {r['cpu_per_board_pct']} % | "
-              f"{'yes' if r['sustained'] else 'no'} |")  # fmt: skip
+        print(
+            f"| {r['boards']} | {r['received_per_s']} | {r['seq_gaps']} | {r['p50_ms']} | "
+            f"{r['p99_ms']} | {r['max_ms']} | {r['publisher_cores']} | {r['broker_cores']} | "
+            f"{r['subscriber_cores']} | {r['cpu_per_board_pct']} % | "
+            f"{'yes' if r['sustained'] else 'no'} |"
+        )
     sustained = max((r["boards"] for r in results if r["sustained"]), default=0)
     print(f"\nsustained: {sustained} boards at 1 Hz (p99 <= {GOAL_P99_MS:g} ms, no gaps)")
     print(

@@ -152,14 +152,17 @@ def plain_variants(
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 quantize_static(
-                    str(pre), str(path), _Reader(name, calibration),
+                    str(pre),
+                    str(path),
+                    _Reader(name, calibration),
                     quant_format=QuantFormat.QDQ if fmt == "QDQ" else QuantFormat.QOperator,
                     activation_type=QuantType.QUInt8 if act == "U8S8" else QuantType.QInt8,
-                    weight_type=QuantType.QInt8, per_channel=per_channel,
+                    weight_type=QuantType.QInt8,
+                    per_channel=per_channel,
                     calibrate_method=methods[method],
                     # Ranges depend only on the model and method: calibrate once per method.
                     calibration_cache_path=str(scratch / f"{pre.stem}-ranges-{method}.json"),
-                )  # fmt: skip
+                )
         except Exception as exc:  # a variant the quantizer cannot build is a result, not a crash
             rows.append({"variant": label, "error": str(exc).splitlines()[0]})
             continue
@@ -266,8 +269,12 @@ def _finalists(timed: list[dict[str, Any]], sample: dict[str, np.ndarray]) -> li
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"**{result['model']}** (mcpd optimize took {result['optimizer_s']:.0f} s)", "",
-             "| variant | ms | speedup | cosine min | argmax agreement | gate |", "|---|---:|---:|---:|---:|:-:|"]  # fmt: skip
+    lines = [
+        f"**{result['model']}** (mcpd optimize took {result['optimizer_s']:.0f} s)",
+        "",
+        "| variant | ms | speedup | cosine min | argmax agreement | gate |",
+        "|---|---:|---:|---:|---:|:-:|",
+    ]
     for row in result["rows"]:
         if "error" in row:
             lines.append(f"| {row['variant']} | – | – | – | – | failed: {row['error'][:60]} |")

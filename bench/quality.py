@@ -142,6 +142,7 @@ def run(
                 baseline=None,
                 clock=clock,
             )
+            loop.start()  # the caps brought into the governed range before the board's first step
             tick = loop.tick
         meter = SensorSet.discover(sim.root)
         temps: list[float] = []
@@ -193,9 +194,12 @@ def best_fixed(case: Case) -> dict[str, object]:
     options = configurations_for(case.profile)
     low_result = run(case, "fixed", options[0][1])
     if not feasible(low_result):
-        return {"infeasible": "even the lowest configuration inside the governed range breaks "
-                f"the envelope (peak {low_result['peak_c']} °C, {low_result['peak_w']} W)",
-                "caps_mhz": options[0][1], "result": low_result}  # fmt: skip
+        return {
+            "infeasible": "even the lowest configuration inside the governed range breaks "
+            f"the envelope (peak {low_result['peak_c']} °C, {low_result['peak_w']} W)",
+            "caps_mhz": options[0][1],
+            "result": low_result,
+        }
     top_result = run(case, "fixed", options[-1][1])
     if feasible(top_result):
         return {"fraction": options[-1][0], "caps_mhz": options[-1][1], "result": top_result}
@@ -349,9 +353,12 @@ def median_table(rows: list[dict[str, object]]) -> list[str]:
 
 
 def cases(
-    profiles: Iterable[str], scenarios: Iterable[str], ambients: Iterable[float],
-    seeds: Iterable[int], minutes: float,
-) -> list[Case]:  # fmt: skip
+    profiles: Iterable[str],
+    scenarios: Iterable[str],
+    ambients: Iterable[float],
+    seeds: Iterable[int],
+    minutes: float,
+) -> list[Case]:
     return [
         Case(p, s, a, minutes, seed)
         for p in profiles

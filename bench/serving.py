@@ -153,16 +153,27 @@ def http_request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
 
 
 def mcpd_request(x: np.ndarray) -> bytes:
-    header = json.dumps({
-        "inputs": [{"name": "image", "datatype": "FP32", "shape": list(x.shape),
-                    "parameters": {"binary_data_size": x.nbytes}}],
-        "parameters": {"binary_data_output": True},
-    }).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "image",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
     return http_request(
         "/v2/models/m/infer",
         header + x.tobytes(),
-        {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"},
-    )  # fmt: skip
+        {
+            "Inference-Header-Content-Length": str(len(header)),
+            "Content-Type": "application/octet-stream",
+        },
+    )
 
 
 @contextmanager
@@ -180,12 +191,22 @@ def shm_request(sock: str, x: np.ndarray) -> Iterator[bytes]:
                 json.dumps({"key": key, "offset": 0, "byte_size": x.nbytes}).encode(),
                 {"Content-Type": "application/json"},
             ).checked()
-        header = json.dumps({
-            "inputs": [{"name": "image", "datatype": "FP32", "shape": list(x.shape),
-                        "parameters": {"shared_memory_region": "input",
-                                       "shared_memory_byte_size": x.nbytes}}],
-            "parameters": {"binary_data_output": True},
-        }).encode()  # fmt: skip
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "image",
+                        "datatype": "FP32",
+                        "shape": list(x.shape),
+                        "parameters": {
+                            "shared_memory_region": "input",
+                            "shared_memory_byte_size": x.nbytes,
+                        },
+                    }
+                ],
+                "parameters": {"binary_data_output": True},
+            }
+        ).encode()
         yield http_request("/v2/models/m/infer", header, {"Content-Type": "application/json"})
     finally:
         os.unlink(f"/dev/shm/{key}")
@@ -252,8 +273,23 @@ def _port() -> int:
 @contextmanager
 def peer_server(model: Model) -> Iterator[int]:
     port = _port()
-    command = [sys.executable, "-m", "uvicorn", "--app-dir", "bench", "serving_peer:app",
-               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "600"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        "bench",
+        "serving_peer:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        "--timeout-keep-alive",
+        "600",
+    ]
 
     def up() -> bool:
         try:
@@ -287,8 +323,16 @@ def loop_timing(model: Model, folder: Path, seconds: float, loaded: bool) -> dic
         f'[[models]]\nname = "m"\npath = "{model.path}"\nmax_batch = {max(model.batches)}\n'
     )
     # The simulated board goes where mcpd puts it by default: on tmpfs, like sysfs.
-    command = [sys.executable, "-m", "mcpd", "run", "--config", str(run / "mcpd.toml"),
-               "--simulate", "jetson-orin-nano"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "run",
+        "--config",
+        str(run / "mcpd.toml"),
+        "--simulate",
+        "jetson-orin-nano",
+    ]
     with process(command):
         wait_for(lambda: _ready(str(sock)), "the daemon")
         x = np.random.default_rng(0).random((1, *model.shape), np.float32)

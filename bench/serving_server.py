@@ -22,10 +22,16 @@ async def main(model: str, max_batch: int, socket: str) -> None:
     cfg = parse(
         {
             "daemon": {"socket": socket},
-            "models": [{"name": "m", "path": model, "max_batch": max_batch,
-                        "onnxruntime": {"providers": ["cpu"]}}],
+            "models": [
+                {
+                    "name": "m",
+                    "path": model,
+                    "max_batch": max_batch,
+                    "onnxruntime": {"providers": ["cpu"]},
+                }
+            ],
         }
-    )  # fmt: skip
+    )
     service = InferenceService(cfg, dict, lambda name: max_batch, EventBus())
     await service.start()
     stop = asyncio.Event()

@@ -58,8 +58,9 @@ def measure(source: Path, folder: Path, how: str) -> dict[str, float]:
     shutil.copyfile(source, copy)
     (folder / "telemetry.seq").unlink(missing_ok=True)
     child = CHILD.format(project=str(PROJECT))
-    out = subprocess.run([sys.executable, "-c", child, str(copy), how],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(copy), how], capture_output=True, text=True, check=True
+    )
     result: dict[str, float] = json.loads(out.stdout)
     return result
 

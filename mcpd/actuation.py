@@ -82,8 +82,10 @@ class Actuators:
             if disjoint and (known is None or (known.low, known.high) != (low, high)):
                 log.warning(
                     "%s: the configured range does not overlap the hardware's %g-%g MHz; using the hardware's",
-                    domain.name, domain.min_mhz, domain.max_mhz,
-                )  # fmt: skip
+                    domain.name,
+                    domain.min_mhz,
+                    domain.max_mhz,
+                )
             if known is not None and known.domain.cap_path == domain.cap_path:
                 if _shape(known.domain) != _shape(domain):
                     known.domain = domain  # else keep the one whose knobs are open

@@ -207,8 +207,10 @@ class Baseline:
                 value = str(domain.hw_max)
                 log.warning(
                     "%s: cannot read the original cap from %s; %s is kept as the one to restore",
-                    domain.name, domain.cap_path, value,
-                )  # fmt: skip
+                    domain.name,
+                    domain.cap_path,
+                    value,
+                )
             added[domain.name] = {"path": self._relative(domain.cap_path), "value": value}
         if added:
             self.entries.update(added)
@@ -235,10 +237,12 @@ class Baseline:
                 if self._unsaved.fail(store.path, problem):
                     others = [s.path for s in self.stores if s is not store and s.saved]
                     log.warning(
-                        "%s; throttling goes on, %s", problem,
-                        f"restore after a crash uses {others[0]}" if others
+                        "%s; throttling goes on, %s",
+                        problem,
+                        f"restore after a crash uses {others[0]}"
+                        if others
                         else "but restore after a crash is not guaranteed",
-                    )  # fmt: skip
+                    )
                 continue
             store.saved = True
             if self._unsaved.succeed(store.path):

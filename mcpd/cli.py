@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from mcpd import __version__, config, domains, logs, optimize, realtime
 from mcpd.baseline import Baseline, baseline_folders
@@ -31,14 +33,14 @@ def _simulated(cfg: config.Config, root: Path) -> config.Config:
     """Point the daemon at a simulated board; default paths move under its root too, so a demo
     never touches /run or /var/lib."""
     defaults = config.DaemonSection()
-    update: dict[str, str] = {"sysfs_root": str(root)}
+    update: dict[str, Any] = {"sysfs_root": str(root)}
     if cfg.daemon.state_dir == defaults.state_dir:
         update["state_dir"] = str(root / "var/lib/mcpd")
     if cfg.daemon.runtime_dir == defaults.runtime_dir:
         update["runtime_dir"] = str(root / "run/mcpd")
     if cfg.daemon.socket == defaults.socket:
         update["socket"] = str(root / "run/mcpd/mcpd.sock")
-    return cfg.model_copy(update={"daemon": cfg.daemon.model_copy(update=update)})
+    return dataclasses.replace(cfg, daemon=dataclasses.replace(cfg.daemon, **update))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -226,8 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the daemon (under systemd, or on a simulated board)")
     run.add_argument("--config", help=f"config file (default {config.DEFAULT_PATH} if present)")
-    run.add_argument("--simulate", choices=sorted(PROFILES), metavar="PROFILE",
-                     help=f"run on a simulated board: {', '.join(sorted(PROFILES))}")  # fmt: skip
+    run.add_argument(
+        "--simulate",
+        choices=sorted(PROFILES),
+        metavar="PROFILE",
+        help=f"run on a simulated board: {', '.join(sorted(PROFILES))}",
+    )
     run.add_argument("--sim-root", help="folder for the simulated board (default: a temporary one)")
     run.add_argument("--sim-load", default="sustained", help="idle, sustained or bursts[:ON/OFF]")
     run.add_argument(
@@ -257,9 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
         "reload", help="reload the running daemon's config and wait for its verdict (ExecReload)"
     )
     reload.add_argument("--pid", help="the daemon's process id (default $MAINPID, as systemd sets)")
-    reload.add_argument("--runtime-dir",
-                        help="the daemon's [daemon] runtime_dir, where it writes its verdict "
-                             "(default $RUNTIME_DIRECTORY, as systemd sets, else /run/mcpd)")  # fmt: skip
+    reload.add_argument(
+        "--runtime-dir",
+        help="the daemon's [daemon] runtime_dir, where it writes its verdict "
+        "(default $RUNTIME_DIRECTORY, as systemd sets, else /run/mcpd)",
+    )
     reload.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
     reload.set_defaults(func=cmd_reload, default_level="warning")
 

@@ -1,32 +1,22 @@
 """The configuration file (/etc/mcpd/mcpd.toml), parsed once into one immutable, typed object.
 
-pydantic does the checking: every key is typed, ranged and closed (unknown keys are errors), and
-its error locations become the key paths in our messages. Every default here is documented in
-examples/mcpd.toml, which a test keeps in step with this file.
+mcpd.schema does the checking: every key is typed, ranged and closed (unknown keys are errors), and
+every problem is named by its key path. Every default here is documented in examples/mcpd.toml,
+which a test keeps in step with this file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import reprlib
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    ValidationError,
-    model_validator,
-)
-
 from governors.params import PARAMETER_NAMES, GovernorParams
 from mcpd.listen import tcp_address
+from mcpd.schema import Check, Invalid, build, key_path
 from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
@@ -50,29 +40,28 @@ class ConfigError(Exception):
         super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+Ms = Annotated[int, Check(ge=10, le=60_000)]
+Celsius = Annotated[float, Check(ge=-40, le=150)]
+Watts = Annotated[float, Check(gt=0, le=2000)]
+Mhz = Annotated[float, Check(gt=0, le=100_000)]
+Name = Annotated[str, Check(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", max_length=128)]
+Bytes = Annotated[int, Check(ge=1024, le=2**34)]
+Timeout = Annotated[int, Check(ge=100, le=3_600_000)]
 
 
-Ms = Annotated[StrictInt, Field(ge=10, le=60_000)]
-Celsius = Annotated[StrictFloat, Field(ge=-40, le=150)]
-Watts = Annotated[StrictFloat, Field(gt=0, le=2000)]
-Mhz = Annotated[StrictFloat, Field(gt=0, le=100_000)]
-Name = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", max_length=128)]
-
-
-class DaemonSection(Section):
-    sysfs_root: StrictStr = "/"
-    socket: StrictStr = "/run/mcpd/mcpd.sock"
-    socket_group: StrictStr = ""
-    state_dir: StrictStr = "/var/lib/mcpd"
-    runtime_dir: StrictStr = "/run/mcpd"
-    max_request_bytes: Annotated[StrictInt, Field(ge=1024, le=2**34)] = 64 * 2**20
-    max_json_bytes: Annotated[StrictInt, Field(ge=1024, le=2**34)] = 256 * 2**10
-    max_inflight_bytes: Annotated[StrictInt, Field(ge=1024, le=2**36)] = 256 * 2**20
-    max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 256
-    header_timeout_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 10_000
-    body_timeout_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 30_000
+@dataclass(frozen=True)
+class DaemonSection:
+    sysfs_root: str = "/"
+    socket: str = "/run/mcpd/mcpd.sock"
+    socket_group: str = ""
+    state_dir: str = "/var/lib/mcpd"
+    runtime_dir: str = "/run/mcpd"
+    max_request_bytes: Bytes = 64 * 2**20
+    max_json_bytes: Bytes = 256 * 2**10
+    max_inflight_bytes: Annotated[int, Check(ge=1024, le=2**36)] = 256 * 2**20
+    max_connections: Annotated[int, Check(ge=1, le=1_000_000)] = 256
+    header_timeout_ms: Timeout = 10_000
+    body_timeout_ms: Timeout = 30_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -94,80 +83,89 @@ def _loopback_unless_allowed(
         )
 
 
-class ServingSection(Section):
+@dataclass(frozen=True)
+class ServingSection:
     # A TCP listener for clients that cannot use a Unix socket (perf_analyzer): off by default,
     # and on a loopback address unless remote clients are allowed in so many words.
-    http: StrictStr = ""
-    allow_remote_http: StrictBool = False
+    http: str = ""
+    allow_remote_http: bool = False
 
-    @model_validator(mode="after")
-    def _loopback(self) -> ServingSection:
+    def __post_init__(self) -> None:
         _loopback_unless_allowed(
             "http", self.http, self.allow_remote_http, "allow_remote_http", "run the models"
         )
-        return self
 
 
-class MetricsSection(Section):
+@dataclass(frozen=True)
+class MetricsSection:
     # A TCP port that serves only /metrics, for the node's Prometheus: off by default, and on a
     # loopback address unless remote scrapers are allowed in so many words.
-    listen: StrictStr = ""
-    allow_remote: StrictBool = False
+    listen: str = ""
+    allow_remote: bool = False
 
-    @model_validator(mode="after")
-    def _loopback(self) -> MetricsSection:
+    def __post_init__(self) -> None:
         _loopback_unless_allowed(
             "listen", self.listen, self.allow_remote, "allow_remote", "read the board's metrics"
         )
-        return self
 
 
-class SamplingSection(Section):
+@dataclass(frozen=True)
+class SamplingSection:
     temperature_ms: Ms = 200
     power_ms: Ms = 100
-    stale_ms: Annotated[StrictInt, Field(ge=100, le=60_000)] = 1000
+    stale_ms: Annotated[int, Check(ge=100, le=60_000)] = 1000
 
 
-class SensorsSection(Section):
-    governing_temperatures: tuple[StrictStr, ...] = ()
-    governing_powers: tuple[StrictStr, ...] = ()
+@dataclass(frozen=True)
+class SensorsSection:
+    governing_temperatures: tuple[str, ...] = ()
+    governing_powers: tuple[str, ...] = ()
 
 
-class DomainSection(Section):
-    enabled: StrictBool = True
+@dataclass(frozen=True)
+class DomainSection:
+    enabled: bool = True
     min_mhz: Mhz | None = None
     max_mhz: Mhz | None = None
 
-    @model_validator(mode="after")
-    def _ordered(self) -> DomainSection:
+    def __post_init__(self) -> None:
         if self.min_mhz is not None and self.max_mhz is not None and self.min_mhz >= self.max_mhz:
             raise ValueError("min_mhz must be below max_mhz")
-        return self
 
 
 PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 """A governor profile's name, in the config and in the MQTT `profile` command."""
-ProfileName = Annotated[StrictStr, Field(pattern=PROFILE_NAME_PATTERN)]
+ProfileName = Annotated[str, Check(pattern=PROFILE_NAME_PATTERN)]
+DownFactor = Annotated[float, Check(gt=0, lt=1)]
+UpFactor = Annotated[float, Check(gt=1, le=4)]
+HoldMs = Annotated[int, Check(ge=0, le=600_000)]
 
 
 _DEFAULT = GovernorParams()
 
 
-class GovernorProfile(Section):
+@dataclass(frozen=True)
+class GovernorProfile:
     """A named set of overrides of the [governor] thresholds, switchable at run time."""
 
     temp_high_c: Celsius | None = None
     temp_low_c: Celsius | None = None
     power_high_w: Watts | None = None
     power_low_w: Watts | None = None
-    down_factor: Annotated[StrictFloat, Field(gt=0, lt=1)] | None = None
-    up_factor: Annotated[StrictFloat, Field(gt=1, le=4)] | None = None
+    down_factor: DownFactor | None = None
+    up_factor: UpFactor | None = None
     min_mhz: Mhz | None = None
     max_mhz: Mhz | None = None
-    raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] | None = None
+    raise_hold_ms: HoldMs | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The values it sets."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: value for name, value in values.items() if value is not None}
 
 
-class GovernorSection(Section):
+@dataclass(frozen=True)
+class GovernorSection:
     """[governor]: the governor's parameters (governors.GovernorParams, defaults from there), its
     policy, per-domain ranges and profiles."""
 
@@ -175,18 +173,17 @@ class GovernorSection(Section):
     temp_low_c: Celsius = _DEFAULT.temp_low_c
     power_high_w: Watts = _DEFAULT.power_high_w
     power_low_w: Watts = _DEFAULT.power_low_w
-    down_factor: Annotated[StrictFloat, Field(gt=0, lt=1)] = _DEFAULT.down_factor
-    up_factor: Annotated[StrictFloat, Field(gt=1, le=4)] = _DEFAULT.up_factor
+    down_factor: DownFactor = _DEFAULT.down_factor
+    up_factor: UpFactor = _DEFAULT.up_factor
     min_mhz: Mhz = _DEFAULT.min_mhz
     max_mhz: Mhz = _DEFAULT.max_mhz
-    raise_hold_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] = 0
+    raise_hold_ms: HoldMs = 0
     policy: Literal["hysteresis", "adaptive"] = "hysteresis"
-    domains: dict[Name, DomainSection] = {}
+    domains: dict[Name, DomainSection] = field(default_factory=dict)
     profile: ProfileName = "default"
-    profiles: dict[ProfileName, GovernorProfile] = {}
+    profiles: dict[ProfileName, GovernorProfile] = field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _ordered(self) -> GovernorSection:
+    def __post_init__(self) -> None:
         self.params()  # a ValueError names what is misordered
         if self.profile != "default" and self.profile not in self.profiles:
             raise ValueError(f"profile {self.profile!r} is not defined in [governor.profiles]")
@@ -194,12 +191,13 @@ class GovernorSection(Section):
             raise ValueError(
                 "profiles.default: the name is taken by the [governor] values themselves"
             )
-        for name in self.profiles:
+        for name, profile in self.profiles.items():
+            overrides = profile.overrides()
+            values = {key: overrides.get(key, getattr(self, key)) for key in PARAMETER_NAMES}
             try:
-                self.tuned(name).params()
+                GovernorParams(**values)
             except ValueError as exc:
                 raise ValueError(f"profiles.{name}: {exc}") from None
-        return self
 
     def params(self) -> GovernorParams:
         """The governor's parameters (raises ValueError when they are misordered)."""
@@ -209,27 +207,32 @@ class GovernorSection(Section):
         """These settings with a profile's overrides applied ("default": none)."""
         if profile == "default":
             return self
-        overrides = self.profiles[profile].model_dump(exclude_none=True)
-        return self.model_copy(update=overrides)
+        chosen = self.profiles[profile]
+        return dataclasses.replace(
+            self, **chosen.overrides(), profile=profile, profiles={profile: chosen}
+        )
 
 
-class OnnxRuntimeOptions(Section):
+@dataclass(frozen=True)
+class OnnxRuntimeOptions:
     providers: tuple[Literal["tensorrt", "cuda", "cpu"], ...] = ("tensorrt", "cuda", "cpu")
-    intra_op_threads: Annotated[StrictInt, Field(ge=0, le=256)] = 0
+    intra_op_threads: Annotated[int, Check(ge=0, le=256)] = 0
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
-    optimized_model_path: StrictStr = ""
-    trt_cache_dir: StrictStr = ""
-    trt_fp16: StrictBool = False
-    device_id: Annotated[StrictInt, Field(ge=0, le=64)] = 0
+    optimized_model_path: str = ""
+    trt_cache_dir: str = ""
+    trt_fp16: bool = False
+    device_id: Annotated[int, Check(ge=0, le=64)] = 0
 
 
-class RknnInput(Section):
+@dataclass(frozen=True)
+class RknnInput:
     name: Name
     datatype: Literal["UINT8", "INT8", "INT16", "FP16", "FP32"]
-    shape: tuple[Annotated[StrictInt, Field(ge=1, le=2**31)], ...] = Field(min_length=1)
+    shape: Annotated[tuple[Annotated[int, Check(ge=1, le=2**31)], ...], Check(min_items=1)]
 
 
-class RknnOptions(Section):
+@dataclass(frozen=True)
+class RknnOptions:
     core_mask: Literal["auto", "0", "1", "2", "0_1", "0_1_2", "all"] = "auto"
     # RKNNLite has no call that describes a model's inputs (only load, init, inference, release),
     # so they are declared here; the outputs are learned from a warm-up inference.
@@ -237,24 +240,27 @@ class RknnOptions(Section):
     data_format: Literal["nhwc", "nchw"] = "nhwc"
 
 
-class ModelSection(Section):
+BatchSize = Annotated[int, Check(ge=1, le=4096)]
+
+
+@dataclass(frozen=True)
+class ModelSection:
     name: Name
-    path: StrictStr
+    path: str
     backend: Literal["auto", "onnxruntime", "rknn"] = "auto"
-    max_batch: Annotated[StrictInt, Field(ge=1, le=4096)] = 8
-    max_queue_delay_ms: Annotated[StrictFloat, Field(ge=0, le=10_000)] = 2.0
-    preferred_batch_sizes: tuple[Annotated[StrictInt, Field(ge=1, le=4096)], ...] = ()
-    max_queue_size: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 256
-    timeout_ms: Annotated[StrictInt, Field(ge=0, le=3_600_000)] = 0
+    max_batch: BatchSize = 8
+    max_queue_delay_ms: Annotated[float, Check(ge=0, le=10_000)] = 2.0
+    preferred_batch_sizes: tuple[BatchSize, ...] = ()
+    max_queue_size: Annotated[int, Check(ge=1, le=1_000_000)] = 256
+    timeout_ms: Annotated[int, Check(ge=0, le=3_600_000)] = 0
     onnxruntime: OnnxRuntimeOptions = OnnxRuntimeOptions()
     rknn: RknnOptions = RknnOptions()
     # `mcpd optimize` in the background (ONNX models): the original serves meanwhile.
     optimize: Literal["off", "auto", "fp32", "fp16", "int8", "int4"] = "off"
-    min_cosine: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.98
-    calibration: StrictStr = ""
+    min_cosine: Annotated[float, Check(ge=0, le=1)] = 0.98
+    calibration: str = ""
 
-    @model_validator(mode="after")
-    def _batch_sizes(self) -> ModelSection:
+    def __post_init__(self) -> None:
         too_big = [size for size in self.preferred_batch_sizes if size > self.max_batch]
         if too_big:
             raise ValueError(f"preferred_batch_sizes {too_big} exceed max_batch {self.max_batch}")
@@ -262,68 +268,66 @@ class ModelSection(Section):
             raise ValueError(
                 f"optimize = {self.optimize!r} needs calibration (a folder of samples)"
             )
-        return self
 
 
-class TlsSection(Section):
-    enabled: StrictBool = False
-    ca_file: StrictStr = ""
-    cert_file: StrictStr = ""
-    key_file: StrictStr = ""
+@dataclass(frozen=True)
+class TlsSection:
+    enabled: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
 
 
 # One or more topic levels: no wildcards, no NUL, no empty level, no leading or trailing "/".
-TopicPrefix = Annotated[StrictStr, Field(pattern=r"^[^#+/\x00]+(/[^#+/\x00]+)*$", max_length=128)]
+TopicPrefix = Annotated[str, Check(pattern=r"^[^#+/\x00]+(/[^#+/\x00]+)*$", max_length=128)]
 
 
-class MqttSection(Section):
-    enabled: StrictBool = False
-    host: StrictStr = "localhost"
-    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 1883
+@dataclass(frozen=True)
+class MqttSection:
+    enabled: bool = False
+    host: str = "localhost"
+    port: Annotated[int, Check(ge=1, le=65535)] = 1883
     protocol: Literal["5", "3.1.1"] = "5"
     # One topic level that Home Assistant also accepts in its object ids.
-    device_id: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]*$", max_length=64)] = ""
+    device_id: Annotated[str, Check(pattern=r"^[A-Za-z0-9_-]*$", max_length=64)] = ""
     topic_prefix: TopicPrefix = "mcpd"
-    telemetry_ms: Annotated[StrictInt, Field(ge=100, le=3_600_000)] = 1000
+    telemetry_ms: Annotated[int, Check(ge=100, le=3_600_000)] = 1000
     qos: Literal[0, 1, 2] = 1
-    spool_messages: Annotated[StrictInt, Field(ge=10, le=10_000_000)] = 10_000
-    message_expiry_s: Annotated[StrictInt, Field(ge=0, le=2**32 - 1)] = 3600
-    keepalive_s: Annotated[StrictInt, Field(ge=5, le=3600)] = 30
-    reconnect_max_s: Annotated[StrictInt, Field(ge=1, le=3600)] = 60
-    username: StrictStr = ""
-    password_file: StrictStr = ""
+    spool_messages: Annotated[int, Check(ge=10, le=10_000_000)] = 10_000
+    message_expiry_s: Annotated[int, Check(ge=0, le=2**32 - 1)] = 3600
+    keepalive_s: Annotated[int, Check(ge=5, le=3600)] = 30
+    reconnect_max_s: Annotated[int, Check(ge=1, le=3600)] = 60
+    username: str = ""
+    password_file: str = ""
     tls: TlsSection = TlsSection()
-    homeassistant_discovery: StrictBool = False
+    homeassistant_discovery: bool = False
     homeassistant_prefix: TopicPrefix = "homeassistant"
-    commands_enabled: StrictBool = False
+    commands_enabled: bool = False
 
-    @model_validator(mode="after")
-    def _credentials(self) -> MqttSection:
+    def __post_init__(self) -> None:
         # MQTT 3.1.1 has no password without a user name (MQTT-3.1.2-22).
         if self.password_file and not self.username:
             raise ValueError("password_file needs a username")
         if self.tls.key_file and not self.tls.cert_file:
             raise ValueError("tls.key_file needs a tls.cert_file")
-        return self
 
 
-class Config(Section):
+@dataclass(frozen=True)
+class Config:
     daemon: DaemonSection = DaemonSection()
     sampling: SamplingSection = SamplingSection()
     sensors: SensorsSection = SensorsSection()
-    governor: GovernorSection = GovernorSection()
+    governor: GovernorSection = field(default_factory=GovernorSection)
     models: tuple[ModelSection, ...] = ()
     mqtt: MqttSection = MqttSection()
     serving: ServingSection = ServingSection()
     metrics: MetricsSection = MetricsSection()
 
-    @model_validator(mode="after")
-    def _unique_models(self) -> Config:
+    def __post_init__(self) -> None:
         names = [model.name for model in self.models]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
-        return self
 
 
 def tcp_listeners(config: Config) -> dict[str, tuple[str, str]]:
@@ -336,80 +340,14 @@ def tcp_listeners(config: Config) -> dict[str, tuple[str, str]]:
     return {role: setting for role, setting in wanted.items() if setting[0]}
 
 
-def _key_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "(top level)"
-
-
-def _section_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The section class a location points into, to list its keys in an "unknown key" error."""
-    model: Any = Config
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        annotation = field.annotation
-        args = getattr(annotation, "__args__", ())
-        candidates = [annotation, *args, *(getattr(arg, "__args__", ()) for arg in args)]
-        model = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if model is None:
-            return None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _describe(error: Any) -> str:
-    loc = tuple(error["loc"])
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        section = _section_at(loc[:-1])
-        known = f"; expected one of: {', '.join(section.model_fields)}" if section else ""
-        return f"{_key_path(loc)}: unknown key{known}"
-    if kind == "missing":
-        return f"{_key_path(loc)}: required key is missing"
-    message = str(error["msg"])
-    for pydantic_words, ours in _WORDING:
-        message = message.replace(pydantic_words, ours)
-    if kind == "value_error":
-        return f"{_key_path(loc)}: {message}"
-    if loc and loc[-1] == "[key]":  # a table name, e.g. [governor.profiles.NAME]
-        return f"{_key_path(loc[:-1])}: table name {message}"
-    return f"{_key_path(loc)}: {message}, got {_SHORT.repr(error.get('input'))}"
-
-
-def _short_repr() -> reprlib.Repr:
-    """Quotes what a key was given without echoing a 4 000-digit number or a 500-deep list whole
-    (attributes, not keywords: Python 3.10 and 3.11 take none)."""
-    short = reprlib.Repr()
-    short.maxlevel, short.maxstring, short.maxlong, short.maxother = 3, 60, 40, 60
-    return short
-
-
-_SHORT = _short_repr()
-
-_WORDING = (
-    ("Value error, ", ""),
-    ("Input should be ", "expected "),
-    ("String should match pattern", "expected a string matching"),
-    ("String should have at most", "expected at most"),
-)
-
-
 def _too_deep(data: dict[str, Any]) -> str | None:
-    """The key path of the first value nested deeper than MAX_NESTING, if any (pydantic's
-    recursion and error reports are then never exposed to it)."""
+    """The key path of the first value nested deeper than MAX_NESTING, if any (the checker's
+    error reports are then never exposed to it)."""
     stack: list[tuple[Any, tuple[int | str, ...]]] = [(data, ())]
     while stack:
         value, loc = stack.pop()
         if len(loc) > MAX_NESTING:
-            return _key_path(loc)
+            return key_path(loc)
         if isinstance(value, dict):
             stack.extend((item, (*loc, str(key))) for key, item in value.items())
         elif isinstance(value, list):
@@ -422,9 +360,9 @@ def parse(data: dict[str, Any], source: str = "<config>") -> Config:
     if deep is not None:
         raise ConfigError(source, [f"{deep}: nested deeper than {MAX_NESTING} levels"])
     try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(source, [_describe(error) for error in exc.errors()]) from None
+        return build(Config, data)
+    except Invalid as exc:
+        raise ConfigError(source, exc.problems) from None
 
 
 def _read_text(path: Path) -> str:
@@ -489,14 +427,14 @@ def load(path: str | Path) -> Config:
     except ValueError as exc:  # Python's int() refuses numbers of more than 4 300 digits
         raise ConfigError(str(path), [f"not usable TOML: {str(exc).split(';')[0]}"]) from None
     config = parse(data, str(path))
+
+    def beside_the_file(value: str) -> str:
+        return str(path.parent / value) if value and not Path(value).is_absolute() else value
+
     models = tuple(
-        model.model_copy(
-            update={
-                key: str(path.parent / value)
-                for key, value in (("path", model.path), ("calibration", model.calibration))
-                if value and not Path(value).is_absolute()
-            }
+        dataclasses.replace(
+            model, path=beside_the_file(model.path), calibration=beside_the_file(model.calibration)
         )
         for model in config.models
     )
-    return config.model_copy(update={"models": models})
+    return dataclasses.replace(config, models=models)

@@ -11,6 +11,8 @@ tick boundary).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -98,6 +100,7 @@ class Daemon:
         """Requests served per model at the previous live line (once a second)."""
         self._stop = asyncio.Event()
         self._reload = asyncio.Event()
+        self._loop_ended = asyncio.Event()
 
     def _services(self) -> list[Service]:
         services: list[Service] = []
@@ -180,7 +183,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         stop_loop = threading.Event()
         thread = threading.Thread(
-            target=self.loop.run, args=(stop_loop,), name="control-loop", daemon=True
+            target=self._govern, args=(stop_loop, loop), name="control-loop", daemon=True
         )
         code = 0
         try:
@@ -195,7 +198,7 @@ class Daemon:
                 return 1
             self.notifier.ready(status.line(self.loop.snapshot))
             self._announce()
-            code = await self._main(thread)
+            code = await self._main()
         finally:
             self.notifier.stopping()
             for service in reversed(self.services):
@@ -207,18 +210,26 @@ class Daemon:
             self.notifier.close()
         return code
 
-    async def _main(self, thread: threading.Thread) -> int:
+    def _govern(self, stop: threading.Event, main: asyncio.AbstractEventLoop) -> None:
+        """The control loop's thread. Its end wakes the main task, which has no timer to look for
+        it with (a wake-up a second to ask was a twentieth of the idle governor's CPU)."""
+        try:
+            self.loop.run(stop)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the event loop is already closed
+                main.call_soon_threadsafe(self._loop_ended.set)
+
+    async def _main(self) -> int:
         while not self._stop.is_set():
             waiters = {
                 asyncio.create_task(self._stop.wait()),
                 asyncio.create_task(self._reload.wait()),
+                asyncio.create_task(self._loop_ended.wait()),
             }
-            _, pending = await asyncio.wait(
-                waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
-            )
+            _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()
-            if not thread.is_alive():
+            if self._loop_ended.is_set():
                 log.critical("the control loop thread ended; exiting so that systemd restarts mcpd")
                 return 1
             if self._reload.is_set() and not self._stop.is_set():
@@ -237,9 +248,12 @@ class Daemon:
         )
         log.info(
             "ready: %s%s; %d temperature sensors, power: %s; domains: %s",
-            self.board.platform, f" ({self.board.model})" if self.board.model else "",
-            len(snapshot.temperatures), plan.reason, names,
-        )  # fmt: skip
+            self.board.platform,
+            f" ({self.board.model})" if self.board.model else "",
+            len(snapshot.temperatures),
+            plan.reason,
+            names,
+        )
         self.events.publish(Event("daemon", "mcpd started", {"platform": self.board.platform}))
 
     async def reload(self) -> None:
@@ -267,7 +281,7 @@ class Daemon:
                 ", ".join(kept),
             )
             fixed = {key: getattr(self.config.daemon, key) for key in RESTART_ONLY}
-            new = new.model_copy(update={"daemon": new.daemon.model_copy(update=fixed)})
+            new = dataclasses.replace(new, daemon=dataclasses.replace(new.daemon, **fixed))
         with self._settings_lock:
             if self.profile not in ("default", *new.governor.profiles):
                 log.warning(
@@ -291,8 +305,10 @@ class Daemon:
 
     def _reject(self, began: float, problems: list[str], text: str) -> None:
         # One journal line: the problems joined, so that `journalctl -p err` shows all of them.
-        log.error("reload rejected, the running configuration stays in force: %s",
-                  text.replace("\n", "; "))  # fmt: skip
+        log.error(
+            "reload rejected, the running configuration stays in force: %s",
+            text.replace("\n", "; "),
+        )
         self.events.publish(Event("daemon", "reload rejected", {"problems": problems}))
         self.notifier.ready(status.line(self.loop.snapshot))
         verdict = reloading.Verdict(os.getpid(), began, False, text)

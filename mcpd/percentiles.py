@@ -3,6 +3,8 @@ latencies: the one implementation (it needs no numpy, so the governor can use it
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import deque
 from typing import TypedDict
@@ -61,12 +63,12 @@ class Durations:
     def quantile(self, q: float) -> float:
         """The upper edge of the bucket holding the q-th sample (never above the maximum)."""
         rank = max(1, math.ceil(q * self._count))
-        seen = 0
-        for bucket, count in enumerate(self._counts):
-            seen += count
-            if seen >= rank:
-                return min(self._LOW_S * self._RATIO**bucket, self.max_s)
-        return self.max_s
+        # In C (accumulate, bisect) rather than a Python loop over ~900 buckets: 114 us of a cold
+        # status refresh, which asks for four quantiles a second.
+        bucket = bisect.bisect_left(list(itertools.accumulate(self._counts)), rank)
+        if bucket == self._BUCKETS:
+            return self.max_s
+        return min(self._LOW_S * self._RATIO**bucket, self.max_s)
 
     def summary(self) -> DurationSummary | None:
         if not self._count:

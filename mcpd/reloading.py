@@ -62,8 +62,9 @@ def read(folder: Path) -> Verdict | None:
         if data is None:
             return None
         fields = json.loads(data)
-        return Verdict(int(fields["pid"]), float(fields["began"]), bool(fields["ok"]),
-                       str(fields["message"]))  # fmt: skip
+        return Verdict(
+            int(fields["pid"]), float(fields["began"]), bool(fields["ok"]), str(fields["message"])
+        )
     except (OSError, ValueError, TypeError, KeyError):
         return None
 

@@ -1,4 +1,4 @@
-"""The loop's state as one immutable `Snapshot`, built from its parts after every decision."""
+"""The loop's state as one immutable `Snapshot`, built from its parts when a status reader asks."""
 
 from __future__ import annotations
 

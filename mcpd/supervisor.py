@@ -65,8 +65,14 @@ CHILD_FDS = (3, 4, 5)
 TCP_FDS = {"http": 6, "metrics": 7}
 """Where the child finds the TCP listeners there are (`[serving] http`, `[metrics] listen`), each
 named on its command line as ROLE=FD."""
-_PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS",
-                "LISTEN_FDNAMES")  # fmt: skip
+_PRIVATE_ENV = (
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+)
 
 
 def describe_exit(status: int) -> str:
@@ -304,7 +310,7 @@ class ServingSupervisor:
 
     def _send_config(self) -> None:
         if self._channel is not None:
-            config = self.config.model_dump(mode="json")
+            config = dataclasses.asdict(self.config)
             self._channel.send({"kind": "config", "config": config, "slots": self._slots})
 
     def _assign_slots(self, config: Config) -> None:

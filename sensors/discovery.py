@@ -8,9 +8,11 @@ most RK3588 boards). Both choices can be overridden by sensor name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from sensors import hwmon, ina3221, jetson_iio, rapl, thermal
 from sensors.base import (
@@ -99,6 +101,32 @@ def governing_power(readings: Iterable[PowerReading], plan: PowerPlan) -> float 
     return sum(v for v in values.values() if v is not None)
 
 
+Reading = TypeVar("Reading", TemperatureReading, PowerReading)
+
+
+class _LastReadings(Generic[Reading]):
+    """The newest reading of each sensor of a list: the governing ones read at every sample, the
+    others (only reported) at most every `others_every_s`, their last reading kept in between."""
+
+    def __init__(self, count: int, governing: Sequence[int], others_every_s: float) -> None:
+        self._last: list[Reading] = []
+        self._count = count
+        self._governing = governing
+        self._others_every_s = others_every_s
+        self._others_due = -math.inf
+
+    def refresh(self, read: Callable[[int], Reading], now: float | None) -> tuple[Reading, ...]:
+        every = self._others_every_s <= 0 or now is None or now >= self._others_due
+        if every or not self._last:
+            self._last = [read(index) for index in range(self._count)]
+            if now is not None:
+                self._others_due = now + self._others_every_s
+        else:
+            for index in self._governing:
+                self._last[index] = read(index)
+        return tuple(self._last)
+
+
 class SensorSet:
     """All temperature and power sensors of one board, found from a sysfs root."""
 
@@ -108,7 +136,11 @@ class SensorSet:
         powers: list[PowerSensor],
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
+        *,
+        others_every_s: float = 0.0,
     ) -> None:
+        """`others_every_s`: how often the loop reads the sensors that do not govern (reported in
+        the status only); 0 reads every sensor at every sample."""
         self.temperatures = temperatures
         self.powers = powers
         if governing_temperatures:
@@ -122,6 +154,12 @@ class SensorSet:
         else:
             self.governing_names = frozenset(s.name for s in temperatures if s.governs)
         self.power_plan = plan_power(powers, governing_powers)
+        governing = [i for i, s in enumerate(temperatures) if s.name in self.governing_names]
+        self._temperatures = _LastReadings[TemperatureReading](
+            len(temperatures), governing, others_every_s
+        )
+        metered = [i for i, s in enumerate(powers) if s.name in self.power_plan.names]
+        self._powers = _LastReadings[PowerReading](len(powers), metered, others_every_s)
 
     @classmethod
     def discover(
@@ -129,6 +167,8 @@ class SensorSet:
         root: str | Path,
         governing_temperatures: Sequence[str] = (),
         governing_powers: Sequence[str] = (),
+        *,
+        others_every_s: float = 0.0,
     ) -> SensorSet:
         root = Path(root)
         zones = thermal.discover(root)
@@ -140,14 +180,29 @@ class SensorSet:
             *rapl.discover(root),
             *hwmon.discover_powers(root),
         ]
-        return cls(temperatures, powers, governing_temperatures, governing_powers)
+        return cls(
+            temperatures,
+            powers,
+            governing_temperatures,
+            governing_powers,
+            others_every_s=others_every_s,
+        )
 
-    def sample_temperatures(self) -> TemperatureSample:
-        readings = tuple(sensor.sample() for sensor in self.temperatures)
+    def sample_temperatures(self, now: float | None = None) -> TemperatureSample:
+        """Every sensor's reading (those that do not govern as of their last read, see
+        `others_every_s`; all of them read afresh when `now` is None)."""
+        sensors = self.temperatures
+        readings = self._temperatures.refresh(lambda i: sensors[i].sample(), now)
         return TemperatureSample(readings, governing_temperature(readings, self.governing_names))
 
     def sample_powers(self, now: float) -> PowerSample:
-        readings = tuple(PowerReading(s.name, s.source, s.read(now)) for s in self.powers)
+        sensors = self.powers
+
+        def read(index: int) -> PowerReading:
+            sensor = sensors[index]
+            return PowerReading(sensor.name, sensor.source, sensor.read(now))
+
+        readings = self._powers.refresh(read, now)
         watts = governing_power(readings, self.power_plan)
         return PowerSample(readings, watts, self.power_plan.estimated)
 

@@ -28,6 +28,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mcpd.config import MqttSection
+from mcpd.schema import build
 from mcpd.telemetry.publisher import Publisher
 from mcpd.telemetry.spool import Spool
 from tests.mqtt_status import FakeBoard
@@ -60,18 +61,51 @@ def make_certificates(folder: Path) -> TlsFiles:
         subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
 
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=mcpd test CA")  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mcpd test CA",
+    )
     for name, extra in (
         ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
         ("client", "extendedKeyUsage=clientAuth"),
     ):
-        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", f"/CN=mcpd test {name}")  # fmt: skip
+        openssl(
+            "req",
+            *ec,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN=mcpd test {name}",
+        )
         (folder / f"{name}.ext").write_text(extra + "\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-                "-extfile", f"{name}.ext")  # fmt: skip
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+        )
     return TlsFiles(
         folder / "ca.pem",
         folder / "server.pem",
@@ -212,9 +246,12 @@ class Recorder:
 
     def _on_message(self, _c: Any, _u: Any, message: paho.MQTTMessage) -> None:
         received = Received(
-            message.topic, bytes(message.payload), bool(message.retain), time.time(),
+            message.topic,
+            bytes(message.payload),
+            bool(message.retain),
+            time.time(),
             message.properties,
-        )  # fmt: skip
+        )
         with self._cond:
             self.messages.append(received)
             self._cond.notify_all()
@@ -263,7 +300,7 @@ def settings(broker: Mosquitto, **overrides: Any) -> MqttSection:
         "telemetry_ms": 200,
         "reconnect_max_s": 1,
     }
-    return MqttSection.model_validate({**values, **overrides})
+    return build(MqttSection, {**values, **overrides})
 
 
 @contextmanager

@@ -4,6 +4,7 @@ the real Unix socket with blocking clients."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -105,7 +106,7 @@ class Served:
             time.sleep(0.01)
 
     def reload(self, models: list[ModelSection]) -> None:
-        cfg = self.service.config.model_copy(update={"models": tuple(models)})
+        cfg = dataclasses.replace(self.service.config, models=tuple(models))
         self.call(self.service.reload(cfg))
 
     def close(self) -> None:

@@ -94,8 +94,15 @@ class WedgedSensor:
         self.folder = (board.root / SENSOR).parent
         # Beside the board: the test (outside) and the FUSE process (inside) both see it.
         self.control = Path(tempfile.mkdtemp(prefix="wedge-", dir=board.root.parent))
-        command = [sys.executable, "-m", "tests.fusewedge", str(mount_namespace), str(self.folder),
-                   Path(SENSOR).name, str(self.control)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "tests.fusewedge",
+            str(mount_namespace),
+            str(self.folder),
+            Path(SENSOR).name,
+            str(self.control),
+        ]
         with open(log, "ab") as output:
             self._process = subprocess.Popen(command, cwd=PROJECT, stderr=output)
         inside = Path(f"/proc/{self._process.pid}/root") / str(self.folder).lstrip("/")

@@ -132,8 +132,18 @@ def test_restore_keeps_entries_of_absent_domains(fake: FakeSysfs, folders: list[
 
 
 def restore_command(fake: FakeSysfs, folders: list[Path]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "mcpd", "restore", "--sysfs-root", str(fake.root),
-               "--runtime-dir", str(folders[0]), "--state-dir", str(folders[1])]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "restore",
+        "--sysfs-root",
+        str(fake.root),
+        "--runtime-dir",
+        str(folders[0]),
+        "--state-dir",
+        str(folders[1]),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
@@ -232,8 +242,11 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A real 64 KiB tmpfs: the file system fills up as a disk does (ENOSPC from write(2))."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"mounting a tmpfs needs root: {done.stderr.strip()}")
     try:

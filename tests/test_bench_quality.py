@@ -46,16 +46,43 @@ def test_power_limits_are_feasible_at_the_floor() -> None:
 
 
 def test_one_case_prints_one_json_document() -> None:
-    command = [sys.executable, str(PROJECT / "bench/control_loop.py"), "--only", "quality",
-               "--profile", "jetson-nano-jp4", "--scenario", "bursts-short", "--governor", "fixed",
-               "--cap-fraction", "0.6", "--sim-minutes", "0.5", "--json"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(PROJECT / "bench/control_loop.py"),
+        "--only",
+        "quality",
+        "--profile",
+        "jetson-nano-jp4",
+        "--scenario",
+        "bursts-short",
+        "--governor",
+        "fixed",
+        "--cap-fraction",
+        "0.6",
+        "--sim-minutes",
+        "0.5",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     document = json.loads(done.stdout)
     assert set(document) >= {
-        "profile", "scenario", "governor", "ambient_c", "seed", "work", "work_by_domain",
-        "best_fixed_work", "best_fixed_mhz", "ratio", "peak_c", "seconds_above_86", "peak_w",
-        "seconds_over_power_limit", "cap_changes_per_min", "joules_per_work",
-    }  # fmt: skip
+        "profile",
+        "scenario",
+        "governor",
+        "ambient_c",
+        "seed",
+        "work",
+        "work_by_domain",
+        "best_fixed_work",
+        "best_fixed_mhz",
+        "ratio",
+        "peak_c",
+        "seconds_above_86",
+        "peak_w",
+        "seconds_over_power_limit",
+        "cap_changes_per_min",
+        "joules_per_work",
+    }
     assert document["work"] == pytest.approx(sum(document["work_by_domain"].values()), rel=1e-6)
     # fixed 0.6: the CPU at the highest entry <= 0.6 x 1479 MHz inside the clamp, no changes.
     assert document["cap_changes_per_min"] == 0

@@ -32,8 +32,21 @@ class RunningDaemon:
         env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"))
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
-        command = [sys.executable, "-m", "mcpd", "run", "--config", str(self.config), "--simulate", "rk3588",
-                   "--sim-root", str(self.root), "--sim-speed", "10", *args]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "mcpd",
+            "run",
+            "--config",
+            str(self.config),
+            "--simulate",
+            "rk3588",
+            "--sim-root",
+            str(self.root),
+            "--sim-speed",
+            "10",
+            *args,
+        ]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, cwd=PROJECT, env=env, stderr=log)
 
@@ -175,13 +188,39 @@ def test_sighup_applies_a_good_config_and_rejects_a_bad_one(
 def test_invalid_config_at_start_exits_with_the_problem(tmp_path: Path) -> None:
     config = tmp_path / "mcpd.toml"
     config.write_text("[sampling]\ntemperature_ms = 0\n")
-    result = subprocess.run([sys.executable, "-m", "mcpd", "run", "--config", str(config), "--simulate", "rk3588"],
-                            cwd=PROJECT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpd", "run", "--config", str(config), "--simulate", "rk3588"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert (
         f"{config}: sampling.temperature_ms: expected greater than or equal to 10, got 0"
         in result.stderr
     )
+
+
+def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_path: Path) -> None:
+    """The main task waits on events only; the loop thread's end must be one of them."""
+    config = tmp_path / "mcpd.toml"
+    config.write_text(f'[daemon]\nruntime_dir = "{tmp_path / "run"}"\n')
+    script = (
+        "import sys\n"
+        "from mcpd import loop\n"
+        "def run(self, stop):\n"
+        "    self.ready.set()\n"
+        "    raise SystemExit  # a BaseException gets past the tick's own handler\n"
+        "loop.ControlLoop.run = run\n"
+        "from mcpd.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    command = [sys.executable, "-c", script, "run", "--config", str(config)]
+    command += ["--simulate", "rk3588", "--sim-root", str(tmp_path / "board")]
+    result = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "the control loop thread ended; exiting so that systemd restarts mcpd" in result.stderr
 
 
 def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:

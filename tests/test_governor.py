@@ -50,7 +50,7 @@ def target_batch(temp: float | None, power: float | None, batch: int, max_batch:
         (80.0, None, 2000.0, 2000.0),
         (75.0, 11.0, 2000.0, 2000.0),
     ],
-)  # fmt: skip
+)
 def test_target_mhz_table(
     temp: float | None, power: float | None, current: float, expected: float
 ) -> None:
@@ -70,7 +70,7 @@ def test_target_mhz_table(
         (75.0, 9.0, 15, 16, 16),  # at most max_batch
         (80.0, 9.0, 10, 16, 10),
     ],
-)  # fmt: skip
+)
 def test_target_batch_table(
     temp: float | None, power: float | None, batch: int, max_batch: int, expected: int
 ) -> None:

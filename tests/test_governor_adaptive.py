@@ -18,10 +18,12 @@ from governors import (
 
 LEVELS = uniform_levels(
     [
-        DomainSteps("policy4", 2400.0, (800.0, 1008.0, 1200.0, 1416.0, 1608.0, 1800.0, 2016.0, 2400.0)),
+        DomainSteps(
+            "policy4", 2400.0, (800.0, 1008.0, 1200.0, 1416.0, 1608.0, 1800.0, 2016.0, 2400.0)
+        ),
         DomainSteps("fdab0000.npu", 1000.0, (800.0, 900.0, 1000.0)),
     ]
-)  # fmt: skip
+)
 TOP = len(LEVELS) - 1
 POLICY = AdaptivePolicy()
 

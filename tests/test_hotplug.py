@@ -18,8 +18,11 @@ from tests.conftest import PROJECT
 def test_udev_add_and_remove_trigger_rediscovery() -> None:
     process = subprocess.run(
         ["umockdev-wrapper", sys.executable, "-m", "tests.umockdev_hotplug"],
-        cwd=PROJECT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert process.returncode == 0, process.stderr
     result = json.loads(process.stdout)
     assert result == {

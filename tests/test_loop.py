@@ -8,11 +8,12 @@ import shutil
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from governors import GovernorParams
-from mcpd import board
+from mcpd import board, snapshots
 from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
 from mcpd.events import Event, EventBus
@@ -20,6 +21,7 @@ from mcpd.loop import ControlLoop
 from mcpd.loop_settings import LoopSettings
 from mcpd.notify import Notifier
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from mcpd.state import Snapshot
 from mcpd.timing import next_deadline
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
 from tests.fakesys import FakeSysfs
@@ -46,9 +48,15 @@ def make_loop(
     seen: list[Event] = []
     events.subscribe(seen.append)
     loop = ControlLoop(
-        root, board.detect(root), settings or LoopSettings(), events=events,
-        baseline=Baseline.load([root / "run/mcpd", root / "state"], root), clock=clock, wall=lambda: 1.7e9 + clock.now, **kwargs,  # type: ignore[arg-type]
-    )  # fmt: skip
+        root,
+        board.detect(root),
+        settings or LoopSettings(),
+        events=events,
+        baseline=Baseline.load([root / "run/mcpd", root / "state"], root),
+        clock=clock,
+        wall=lambda: 1.7e9 + clock.now,
+        **kwargs,  # type: ignore[arg-type]
+    )
     loop.start()
     return loop, clock, seen
 
@@ -240,10 +248,10 @@ def test_sampling_periods_and_deadlines(fake: FakeSysfs) -> None:
         loop.sensors.sample_powers,
     )
 
-    def count_t():  # type: ignore[no-untyped-def]
+    def count_t(now):  # type: ignore[no-untyped-def]
         nonlocal temps
         temps += 1
-        return sample_temperatures()
+        return sample_temperatures(now)
 
     def count_p(now):  # type: ignore[no-untyped-def]
         nonlocal powers
@@ -254,6 +262,54 @@ def test_sampling_periods_and_deadlines(fake: FakeSysfs) -> None:
     loop.sensors.sample_powers = count_p  # type: ignore[method-assign]
     run_for(loop, clock, 9.99)
     assert (temps, powers) == (50, 100)
+
+
+def test_sensors_that_only_report_are_read_once_a_second(fake: FakeSysfs) -> None:
+    """The governing zone and the board's input rail at every sample; PMIC-Die (never governs)
+    and the VDD_SOC rail (not in the power plan) once a second, for the status."""
+    board_with_meter(fake, 60.0, 5.0)
+    fake.zone(1, "PMIC-Die", 100000)
+    loop, clock, _ = make_loop(fake.root)
+    run_for(loop, clock, 0.05)
+    rail = "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon1/curr2_input"
+    fake.file(rail, "200\n")  # VDD_SOC 0.5 W -> 1 W
+    fake.file("sys/devices/virtual/thermal/thermal_zone1/temp", "90000\n")
+    set_temp(fake, 62.0)
+    set_power(fake, 6.0)
+    run_for(loop, clock, 0.5)
+    seen = loop.snapshot
+    assert (seen.temperature_c, seen.power_w) == (62.0, pytest.approx(6.0))
+    assert seen.temperatures["PMIC-Die"] == 100.0
+    assert seen.powers["VDD_SOC"] == pytest.approx(0.5)
+    run_for(loop, clock, 0.7)  # past the next second
+    assert loop.snapshot.temperatures["PMIC-Die"] == 90.0
+    assert loop.snapshot.powers["VDD_SOC"] == pytest.approx(1.0)
+
+
+def test_the_snapshot_is_built_when_read_not_at_every_sample(
+    fake: FakeSysfs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    board_with_meter(fake, 60.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    built = 0
+    build = snapshots.build
+
+    def counted(**parts: Any) -> Snapshot:
+        nonlocal built
+        built += 1
+        return build(**parts)
+
+    monkeypatch.setattr(snapshots, "build", counted)
+    run_for(loop, clock, 9.99)  # 100 samples; housekeeping reads it for STATUS= once a second
+    assert built == 10
+    sampled = clock.now
+    clock.now += 0.05  # read between two samples: it describes the newest one
+    seen = loop.snapshot
+    assert (seen.power_w, seen.ts, built) == (
+        pytest.approx(5.0),
+        pytest.approx(1.7e9 + sampled),
+        11,
+    )
 
 
 def test_next_deadline_keeps_the_grid_and_skips_missed_ticks() -> None:

@@ -39,8 +39,18 @@ telemetry_ms = 250
 commands_enabled = true
 """
     )
-    command = [sys.executable, "-m", "mcpd", "run", "--simulate", "jetson-orin-nano",
-               "--sim-root", str(tmp_path / "board"), "--config", str(config)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "run",
+        "--simulate",
+        "jetson-orin-nano",
+        "--sim-root",
+        str(tmp_path / "board"),
+        "--config",
+        str(config),
+    ]
     with open(tmp_path / "daemon.log", "wb") as log:
         process = subprocess.Popen(command, cwd=PROJECT, stderr=log)
     yield process

@@ -16,10 +16,14 @@ from tests.mqtt_status import FakeBoard
 
 def telemetry(temperature: float | None, **extra: object) -> bytes:
     body = {
-        "seq": 1, "platform": "rk3588", "temperature_c": temperature, "power_w": None,
+        "seq": 1,
+        "platform": "rk3588",
+        "temperature_c": temperature,
+        "power_w": None,
         "domains": {"policy0": {"cap_mhz": 1800.0}, "fb000000.gpu": {"cap_mhz": None}},
-        "governor": {"state": "holding", "last_action": None}, "requests_per_s": 12.5,
-    }  # fmt: skip
+        "governor": {"state": "holding", "last_action": None},
+        "requests_per_s": 12.5,
+    }
     return json.dumps({**body, **extra}).encode()
 
 
@@ -43,9 +47,20 @@ def test_the_view_sorts_hottest_first_and_keeps_what_it_cannot_read_out() -> Non
     lines = table(rows).splitlines()
     assert lines[0].split()[:3] == ["DEVICE", "ONLINE", "PLATFORM"]
     assert lines[1].split() == [
-        "hot", "yes", "rk3588", "88.5", "-", "policy0", "1800", "gpu", "-", "holding", "12.5",
-        "1.0", "s",
-    ]  # fmt: skip
+        "hot",
+        "yes",
+        "rk3588",
+        "88.5",
+        "-",
+        "policy0",
+        "1800",
+        "gpu",
+        "-",
+        "holding",
+        "12.5",
+        "1.0",
+        "s",
+    ]
     assert lines[3].split()[:2] == ["gone", "NO"]
 
 
@@ -64,8 +79,16 @@ def test_fleet_json_shows_every_simulated_board_hottest_first(
                 with recording(broker, "mcpd/gone/telemetry") as recorder:
                     recorder.wait_for("mcpd/gone/telemetry")
                 publisher.stop()  # clean stop: retained offline
-        argv = ["fleet", "--broker", f"127.0.0.1:{broker.port}", "--json", "--count", "2",
-                "--interval", "0.6"]  # fmt: skip
+        argv = [
+            "fleet",
+            "--broker",
+            f"127.0.0.1:{broker.port}",
+            "--json",
+            "--count",
+            "2",
+            "--interval",
+            "0.6",
+        ]
         assert main(argv) == 0
     snapshots = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(snapshots) == 2

@@ -18,10 +18,25 @@ from mcpd.telemetry.topics import Topics, device_id
 from tests.mqtt_status import FakeBoard
 
 TELEMETRY_KEYS = {
-    "schema", "device_id", "seq", "ts", "platform", "model", "temperature_c", "power_w",
-    "power_estimated", "temperatures", "powers", "domains", "governor", "batch", "inference",
-    "daemon", "requests_per_s", "spool",
-}  # fmt: skip
+    "schema",
+    "device_id",
+    "seq",
+    "ts",
+    "platform",
+    "model",
+    "temperature_c",
+    "power_w",
+    "power_estimated",
+    "temperatures",
+    "powers",
+    "domains",
+    "governor",
+    "batch",
+    "inference",
+    "daemon",
+    "requests_per_s",
+    "spool",
+}
 
 
 def telemetry(status: StatusDocument, seq: int = 7, rate: float | None = 12.5) -> Any:
@@ -49,11 +64,19 @@ def test_telemetry_is_the_status_document_plus_seq_rate_and_spool() -> None:
     domain = message["domains"]["policy0"]
     assert {"cap_mhz", "cur_mhz"} <= set(domain)
     assert set(message["governor"]) == {
-        "state", "policy", "profile", "external_cap_changes", "last_action"
-    }  # fmt: skip
+        "state",
+        "policy",
+        "profile",
+        "external_cap_changes",
+        "last_action",
+    }
     assert set(message["inference"]["demo"]) >= {
-        "requests", "errors", "p50_ms", "p99_ms", "queue_depth"
-    }  # fmt: skip
+        "requests",
+        "errors",
+        "p50_ms",
+        "p99_ms",
+        "queue_depth",
+    }
     assert set(message["daemon"]) >= {"cpu_percent", "rss_mb", "uptime_s"}
 
 
@@ -78,9 +101,13 @@ def test_request_rate_is_per_second_between_documents_and_unknown_after_a_reset(
 def test_an_event_carries_kind_message_and_data() -> None:
     payload = encoder.event(Event("fault", "sensor lost", {"sensor": Path("/x")}, 5.0), device="b")
     assert json.loads(payload) == {
-        "schema": 1, "device_id": "b", "ts": 5.0, "kind": "fault", "message": "sensor lost",
+        "schema": 1,
+        "device_id": "b",
+        "ts": 5.0,
+        "kind": "fault",
+        "message": "sensor lost",
         "data": {"sensor": "/x"},
-    }  # fmt: skip
+    }
 
 
 def test_device_id_is_configured_else_a_hash_of_the_machine_id_else_the_hostname(
@@ -130,8 +157,9 @@ def test_discovery_configs_read_real_telemetry_and_follow_home_assistant_rules()
         assert config["state_topic"] == "mcpd/b1/telemetry"
         assert config["availability_topic"] == "mcpd/b1/status"
         assert (config["payload_available"], config["payload_not_available"]) == (
-            "online", "offline"
-        )  # fmt: skip
+            "online",
+            "offline",
+        )
         assert config["device"]["identifiers"] == ["mcpd_b1"]
         values[unique_id] = (render(config["value_template"], message), config)
     temperature, config = values["mcpd_b1_temperature"]

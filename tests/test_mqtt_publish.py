@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -117,7 +118,7 @@ def test_home_assistant_discovery_is_retained_refreshed_and_removable(
             watcher.wait(lambda ms: len(ms) >= 6)  # the retained ones
             watcher.client.publish("homeassistant/status", b"online", qos=1)
             watcher.wait(lambda ms: len(ms) >= 12)  # Home Assistant restarted: sent again
-            publisher.reconfigure(mqtt.model_copy(update={"homeassistant_discovery": False}))
+            publisher.reconfigure(dataclasses.replace(mqtt, homeassistant_discovery=False))
             watcher.wait(lambda ms: sum(m.payload == b"" for m in ms) >= 6)
     with recording(broker, configs, "mcpd/b1/status") as after:
         after.wait_for("mcpd/b1/status")
@@ -198,8 +199,9 @@ def test_tls_with_a_client_certificate_and_a_password_file(
     }
     users = {"board": "s3cret", "ops": "ops-pass"}
     with Mosquitto(tmp_path / "broker", tls=certificates, users=users) as broker:
-        mqtt = settings(broker, host="localhost", tls=tls, username="board",
-                        password_file=str(password))  # fmt: skip
+        mqtt = settings(
+            broker, host="localhost", tls=tls, username="board", password_file=str(password)
+        )
         with (
             recording(broker, T, username="ops", password="ops-pass") as recorder,
             publishing(mqtt, tmp_path),

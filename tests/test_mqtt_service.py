@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import statistics
 from pathlib import Path
@@ -39,8 +40,8 @@ def test_events_reload_and_stop(tmp_path: Path) -> None:
             bus.publish(Event("model", "loaded demo", {"model": "demo"}))
             await asyncio.to_thread(recorder.wait_for, "mcpd/one/events")
             # A live change: same connection, new period.
-            slower = first.model_copy(
-                update={"mqtt": first.mqtt.model_copy(update={"telemetry_ms": 500})}
+            slower = dataclasses.replace(
+                first, mqtt=dataclasses.replace(first.mqtt, telemetry_ms=500)
             )
             await service.reload(slower)
             count = len(recorder.on("mcpd/one/telemetry"))
@@ -48,8 +49,8 @@ def test_events_reload_and_stop(tmp_path: Path) -> None:
             assert 0.4 <= periods(recorder, "mcpd/one/telemetry", 5) <= 0.6
             assert [m.payload for m in recorder.on("mcpd/one/status")] == [b"online"]
             # A new identity needs a new connection: the old one says goodbye.
-            moved = slower.model_copy(
-                update={"mqtt": slower.mqtt.model_copy(update={"device_id": "two"})}
+            moved = dataclasses.replace(
+                slower, mqtt=dataclasses.replace(slower.mqtt, device_id="two")
             )
             await service.reload(moved)
             await asyncio.to_thread(recorder.wait_for, "mcpd/two/telemetry")

@@ -87,9 +87,17 @@ def test_int8_candidate_is_a_qdq_model_within_the_gate(
 ) -> None:
     model, calibration = cnn
     code, doc, _ = optimize(
-        capsys, str(model), "--calibration", str(calibration), "--out", str(tmp_path / "o"),
-        "--precision", "int8", "--min-cosine", "0.99",
-    )  # fmt: skip
+        capsys,
+        str(model),
+        "--calibration",
+        str(calibration),
+        "--out",
+        str(tmp_path / "o"),
+        "--precision",
+        "int8",
+        "--min-cosine",
+        "0.99",
+    )
     assert code == 0
     int8 = [c for c in doc["candidates"] if c["precision"] == "int8"]
     assert int8
@@ -123,9 +131,19 @@ def test_int4_on_a_transformer_block(tmp_path: Path, capsys: pytest.CaptureFixtu
     model = models.transformer(tmp_path / "block.onnx")
     calibration = models.npy_folder(tmp_path / "seq", models.sequences(8))
     code, doc, err = optimize(
-        capsys, str(model), "--calibration", str(calibration), "--out", str(tmp_path / "o"),
-        "--precision", "int4", "--min-cosine", "0.9", "--min-top1", "0.5",
-    )  # fmt: skip
+        capsys,
+        str(model),
+        "--calibration",
+        str(calibration),
+        "--out",
+        str(tmp_path / "o"),
+        "--precision",
+        "int4",
+        "--min-cosine",
+        "0.9",
+        "--min-top1",
+        "0.5",
+    )
     assert code == 0, err
     int4 = next(c for c in doc["candidates"] if c["precision"] == "int4")
     assert 0.9 < int4["cosine_min"] < 1.0  # 4-bit weights change the answer a little, not much
@@ -144,9 +162,15 @@ def test_mixed_precision_keeps_the_sensitive_layers_in_fp32(
         tmp_path / "x", [rng.normal(0, 1, 32).astype(np.float32) for _ in range(16)]
     )
     code, doc, err = optimize(
-        capsys, str(model), "--calibration", str(calibration), "--out", str(tmp_path / "o"),
-        "--precision", "int8",
-    )  # fmt: skip
+        capsys,
+        str(model),
+        "--calibration",
+        str(calibration),
+        "--out",
+        str(tmp_path / "o"),
+        "--precision",
+        "int8",
+    )
     assert code == 0, err
     plain = [c for c in doc["candidates"] if c["precision"] == "int8" and not c["fp32_nodes"]]
     mixed = [c for c in doc["candidates"] if c["fp32_nodes"]]
@@ -162,9 +186,17 @@ def test_tensorrt_target_gives_symmetric_s8_qdq_and_fp16(
 ) -> None:
     model, calibration = cnn
     code, doc, err = optimize(
-        capsys, str(model), "--calibration", str(calibration), "--out", str(tmp_path / "o"),
-        "--target", "tensorrt", "--min-top1", "0",
-    )  # fmt: skip
+        capsys,
+        str(model),
+        "--calibration",
+        str(calibration),
+        "--out",
+        str(tmp_path / "o"),
+        "--target",
+        "tensorrt",
+        "--min-top1",
+        "0",
+    )
     assert code == 0, err
     assert doc["speedup"] is None and doc["latency_ms"] == {"reference": None, "optimized": None}
     by_precision = {c["precision"]: c for c in doc["candidates"]}

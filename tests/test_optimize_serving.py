@@ -5,6 +5,7 @@ real onnxruntime sessions, the real optimizer process."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from mcpd.config import ModelSection
 from mcpd.ctl import main as ctl_main
 from mcpd.events import Event
 from mcpd.optimize.background import Optimizer, cache_key
+from mcpd.schema import build
 from mcpd.state import Snapshot
 from tests import optimize_models as models
 from tests.serving_server import Served, config
@@ -63,10 +65,21 @@ def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Ser
         def board_status() -> dict[str, Any]:
             """The daemon's status document for an idle board with these models' stats."""
             snapshot = Snapshot(
-                ts=1.0, platform="x86", model="test", temperature_c=50.0, power_w=None,
-                power_estimated=False, metered=False, temperatures={}, powers={}, domains=(),
-                state="holding", profile="default", last_action=None, batch={},
-            )  # fmt: skip
+                ts=1.0,
+                platform="x86",
+                model="test",
+                temperature_c=50.0,
+                power_w=None,
+                power_estimated=False,
+                metered=False,
+                temperatures={},
+                powers={},
+                domains=(),
+                state="holding",
+                profile="default",
+                last_action=None,
+                batch={},
+            )
             return status.document(snapshot, holder[0].service.stats(), {}, {}, {})
 
         served = Served(cfg, status=board_status)
@@ -104,7 +117,7 @@ def test_original_serves_then_the_optimized_model_swaps_in_and_is_cached(
     assert summary["precision"] == "fp32" and summary["cosine_min"] >= 0.99
     cache = tmp_path / "state" / "optimized"
     (entry,) = cache.iterdir()
-    assert entry.name == cache_key(ModelSection.model_validate(setup))
+    assert entry.name == cache_key(build(ModelSection, setup))
     assert sorted(f.name for f in entry.iterdir()) == ["cnn.fp32.onnx", "result.json"]
     event = _optimized_event(served.events)
     assert event is not None and "reloaded" in event.message and "optimized: fp32" in event.message
@@ -143,7 +156,7 @@ def test_a_failed_build_is_an_event_and_the_original_serves_on(
 
 
 def test_the_optimizer_runs_niced_in_its_own_process(setup: dict[str, object]) -> None:
-    model = ModelSection.model_validate(setup)
+    model = build(ModelSection, setup)
     command = Optimizer("/var/lib/mcpd").command(model, Path("/tmp/out"))
     assert command[1:3] == ["-n", "19"] and command[0].endswith("nice")
     assert command[4:6] == ["-m", "mcpd"] and "optimize" in command
@@ -154,10 +167,10 @@ def test_the_optimizer_runs_niced_in_its_own_process(setup: dict[str, object]) -
 def test_the_cache_key_changes_with_model_samples_and_options(
     setup: dict[str, object], tmp_path: Path
 ) -> None:
-    model = ModelSection.model_validate(setup)
+    model = build(ModelSection, setup)
     key = cache_key(model)
-    assert cache_key(model.model_copy(update={"min_cosine": 0.95})) != key
-    assert cache_key(model.model_copy(update={"optimize": "int8"})) != key
+    assert cache_key(dataclasses.replace(model, min_cosine=0.95)) != key
+    assert cache_key(dataclasses.replace(model, optimize="int8")) != key
     np.save(tmp_path / "cal" / "extra.npy", np.zeros((3, 32, 32), np.float32))
     assert cache_key(model) != key
 

@@ -15,13 +15,38 @@ from tests.conftest import PROJECT
 
 EXPECTED = {
     # profile: (platform, power source, estimated, domains)
-    "jetson-orin-nano": ("jetson-orin", "board input VDD_IN", False, ["policy0", "policy4", "17000000.gpu"]),
-    "jetson-agx-orin": ("jetson-orin", "sum of rails (no board input rail)", True, ["policy0", "policy4", "policy8", "17000000.gpu"]),
+    "jetson-orin-nano": (
+        "jetson-orin",
+        "board input VDD_IN",
+        False,
+        ["policy0", "policy4", "17000000.gpu"],
+    ),
+    "jetson-agx-orin": (
+        "jetson-orin",
+        "sum of rails (no board input rail)",
+        True,
+        ["policy0", "policy4", "policy8", "17000000.gpu"],
+    ),
     "jetson-nano-jp4": ("jetson-nano", "board input POM_5V_IN", False, ["policy0", "57000000.gpu"]),
-    "rk3588": ("rk3588", "no power meter found on this board", False, ["policy0", "policy4", "policy6", "fb000000.gpu", "fdab0000.npu"]),
-    "x86-intel": ("x86-intel", "board input psys", False, ["policy0", "policy1", "policy2", "policy3"]),
-    "x86-amd": ("x86-amd", "sum of RAPL packages (no psys domain)", True, [f"policy{n}" for n in range(8)]),
-}  # fmt: skip
+    "rk3588": (
+        "rk3588",
+        "no power meter found on this board",
+        False,
+        ["policy0", "policy4", "policy6", "fb000000.gpu", "fdab0000.npu"],
+    ),
+    "x86-intel": (
+        "x86-intel",
+        "board input psys",
+        False,
+        ["policy0", "policy1", "policy2", "policy3"],
+    ),
+    "x86-amd": (
+        "x86-amd",
+        "sum of RAPL packages (no psys domain)",
+        True,
+        [f"policy{n}" for n in range(8)],
+    ),
+}
 
 # The hottest governing sensor sits this far above the plant's die temperature (profiles.py).
 HOTTEST_OFFSET_C = {"jetson-orin-nano": 0.4, "jetson-agx-orin": 0.4}
@@ -74,23 +99,47 @@ def test_probe_on_simulated_board(tmp_path: Path, profile: str) -> None:
 def test_probe_command_json(tmp_path: Path, profile: str) -> None:
     sim = Simulator(PROFILES[profile], tmp_path / "board")
     sim.build()
-    out = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--json", "--sysfs-root", str(sim.root)],
-                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "mcpd", "probe", "--json", "--sysfs-root", str(sim.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     result = json.loads(out.stdout)
-    assert set(result) == {"platform", "model", "temperatures", "powers", "temperature_c", "power_w",
-                           "power_estimated", "power_source", "domains"}  # fmt: skip
+    assert set(result) == {
+        "platform",
+        "model",
+        "temperatures",
+        "powers",
+        "temperature_c",
+        "power_w",
+        "power_estimated",
+        "power_source",
+        "domains",
+    }
     assert result["platform"] == EXPECTED[profile][0]
     assert [d["name"] for d in result["domains"]] == EXPECTED[profile][3]
     assert {"name", "source", "celsius", "governs"} == set(result["temperatures"][0])
     assert isinstance(result["temperature_c"], float)
-    table = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(sim.root)],
-                           capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    table = subprocess.run(
+        [sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(sim.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert table.startswith(f"platform     {EXPECTED[profile][0]}")
 
 
 def test_probe_of_a_missing_root_fails(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    result = subprocess.run([sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(missing)],
-                            cwd=PROJECT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpd", "probe", "--sysfs-root", str(missing)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr == f"mcpd probe: sysfs root {missing}: no such directory\n"

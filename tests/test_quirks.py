@@ -117,21 +117,45 @@ def test_all_governing_sensors_unavailable_gives_unknown_temperature(fake: FakeS
 @pytest.mark.parametrize(
     ("zone_type", "governs"),
     [
-        ("cpu-thermal", True), ("CPU-therm", True), ("CPU", True), ("CV0", True), ("SOC2", True),
-        ("tj", True), ("tj-thermal", True), ("AO-therm", True), ("Tdiode_tegra", True),
-        ("soc-thermal", True), ("package-thermal", True), ("bigcore2-thermal", True), ("npu-thermal", True),
-        ("PMIC-Die", False), ("thermal-fan-est", False), ("Tboard_tegra", False), ("acpitz", False),
-        ("x86_pkg_temp", False), ("iwlwifi_1", False), ("INT3400 Thermal", False),
+        ("cpu-thermal", True),
+        ("CPU-therm", True),
+        ("CPU", True),
+        ("CV0", True),
+        ("SOC2", True),
+        ("tj", True),
+        ("tj-thermal", True),
+        ("AO-therm", True),
+        ("Tdiode_tegra", True),
+        ("soc-thermal", True),
+        ("package-thermal", True),
+        ("bigcore2-thermal", True),
+        ("npu-thermal", True),
+        ("PMIC-Die", False),
+        ("thermal-fan-est", False),
+        ("Tboard_tegra", False),
+        ("acpitz", False),
+        ("x86_pkg_temp", False),
+        ("iwlwifi_1", False),
+        ("INT3400 Thermal", False),
     ],
-)  # fmt: skip
+)
 def test_zone_classification_across_name_drift(zone_type: str, governs: bool) -> None:
     """CPU-therm -> cpu-thermal (JP4 -> JP6), upper-case JP5 Orin names, soc -> package (RK3588)."""
     assert is_soc_zone(zone_type) is governs
 
 
 def test_old_kernel_coretemp_physical_id_governs(fake: FakeSysfs) -> None:
-    fake.hwmon(1, "sys/devices/platform/coretemp.0", "coretemp",
-               {"temp1_label": "Physical id 0", "temp1_input": 61000, "temp2_label": "Core 0", "temp2_input": 60000})  # fmt: skip
+    fake.hwmon(
+        1,
+        "sys/devices/platform/coretemp.0",
+        "coretemp",
+        {
+            "temp1_label": "Physical id 0",
+            "temp1_input": 61000,
+            "temp2_label": "Core 0",
+            "temp2_input": 60000,
+        },
+    )
     sensors = SensorSet.discover(fake.root)
     assert sensors.governing_names == {"coretemp/Physical id 0", "coretemp/Core 0"}
     assert sensors.sample_temperatures().celsius == 61.0
@@ -139,21 +163,38 @@ def test_old_kernel_coretemp_physical_id_governs(fake: FakeSysfs) -> None:
 
 def test_two_coretemp_packages_are_told_apart(fake: FakeSysfs) -> None:
     for package in (0, 1):
-        fake.hwmon(package + 4, f"sys/devices/platform/coretemp.{package}", "coretemp",
-                   {"temp1_label": f"Package id {package}", "temp1_input": 50000 + package * 1000,
-                    "temp2_label": "Core 0", "temp2_input": 49000})  # fmt: skip
+        fake.hwmon(
+            package + 4,
+            f"sys/devices/platform/coretemp.{package}",
+            "coretemp",
+            {
+                "temp1_label": f"Package id {package}",
+                "temp1_input": 50000 + package * 1000,
+                "temp2_label": "Core 0",
+                "temp2_input": 49000,
+            },
+        )
     names = {s.name for s in SensorSet.discover(fake.root).temperatures}
     assert names == {
-        "coretemp.coretemp.0/Package id 0", "coretemp.coretemp.0/Core 0",
-        "coretemp.coretemp.1/Package id 1", "coretemp.coretemp.1/Core 0",
-    }  # fmt: skip
+        "coretemp.coretemp.0/Package id 0",
+        "coretemp.coretemp.0/Core 0",
+        "coretemp.coretemp.1/Package id 1",
+        "coretemp.coretemp.1/Core 0",
+    }
 
 
 @pytest.mark.parametrize(
     ("name", "mirror"),
-    [("soc_thermal", True), ("soc_thermal_0", True), ("package_thermal_12", True), ("acpitz", True),
-     ("coretemp", False), ("nvme", False), ("soc_thermal_x", False)],
-)  # fmt: skip
+    [
+        ("soc_thermal", True),
+        ("soc_thermal_0", True),
+        ("package_thermal_12", True),
+        ("acpitz", True),
+        ("coretemp", False),
+        ("nvme", False),
+        ("soc_thermal_x", False),
+    ],
+)
 def test_zone_mirror_names(name: str, mirror: bool) -> None:
     assert is_zone_mirror(name, {"soc-thermal", "package-thermal", "acpitz"}) is mirror
 
@@ -174,20 +215,28 @@ def test_jp4_iio_and_jp5_hwmon_drivers_give_the_same_rails(fake: FakeSysfs, tmp_
     assert jp4 == set()
     BOARDS["jetson-nano-jp4"](fake)
     assert {(p.name, p.role, p.source) for p in SensorSet.discover(fake.root).powers} == {
-        ("POM_5V_IN", "input", "iio:ina3221x"), ("POM_5V_GPU", "rail", "iio:ina3221x"),
+        ("POM_5V_IN", "input", "iio:ina3221x"),
+        ("POM_5V_GPU", "rail", "iio:ina3221x"),
         ("POM_5V_CPU", "rail", "iio:ina3221x"),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(
     ("name", "of_node", "governed"),
     [
-        ("17000000.gpu", "gpu", True), ("17000000.ga10b", "ga10b", True), ("17000000.gv11b", None, True),
-        ("57000000.gpu", None, True), ("fb000000.gpu", None, True), ("fb000000.gpu-mali", None, True),
-        ("fdab0000.npu", None, True), ("gpu-gpc-0", None, True), ("dmc", None, False),
-        ("fb000000.bus", "ga10b", True), ("ff9a0000.vpu", None, False),
+        ("17000000.gpu", "gpu", True),
+        ("17000000.ga10b", "ga10b", True),
+        ("17000000.gv11b", None, True),
+        ("57000000.gpu", None, True),
+        ("fb000000.gpu", None, True),
+        ("fb000000.gpu-mali", None, True),
+        ("fdab0000.npu", None, True),
+        ("gpu-gpc-0", None, True),
+        ("dmc", None, False),
+        ("fb000000.bus", "ga10b", True),
+        ("ff9a0000.vpu", None, False),
     ],
-)  # fmt: skip
+)
 def test_devfreq_name_drift(
     fake: FakeSysfs, name: str, of_node: str | None, governed: bool
 ) -> None:

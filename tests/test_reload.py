@@ -27,8 +27,17 @@ def running(tmp_path: Path) -> Iterator[RunningDaemon]:
 
 
 def reload(d: RunningDaemon, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "mcpd", "reload", "--pid", str(d.process.pid),
-               "--runtime-dir", str(d.root / "run/mcpd"), *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "reload",
+        "--pid",
+        str(d.process.pid),
+        "--runtime-dir",
+        str(d.root / "run/mcpd"),
+        *args,
+    ]
     return subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=60)
 
 
@@ -84,10 +93,22 @@ def test_a_verdict_older_than_the_request_is_not_the_answer(tmp_path: Path) -> N
 
 
 def test_reload_of_a_process_that_is_gone_says_so(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    command = [sys.executable, "-m", "mcpd", "reload", "--pid", done.stdout.strip(),
-               "--runtime-dir", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "reload",
+        "--pid",
+        done.stdout.strip(),
+        "--runtime-dir",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "cannot signal process" in result.stderr

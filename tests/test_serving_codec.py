@@ -101,32 +101,117 @@ def test_binary_data_output_default_and_override() -> None:
     ("header", "blobs", "message"),
     [
         ({"inputs": [image([0] * 6)]}, (), "missing input(s): mask"),
-        ({"inputs": [MASK_JSON, {**MASK_JSON, "name": "nose"}]}, (), "unknown input 'nose'; the model's inputs are image, mask"),
+        (
+            {"inputs": [MASK_JSON, {**MASK_JSON, "name": "nose"}]},
+            (),
+            "unknown input 'nose'; the model's inputs are image, mask",
+        ),
         ({"inputs": [MASK_JSON, MASK_JSON, image([0] * 6)]}, (), "input 'mask' is given twice"),
-        ({"inputs": [MASK_JSON, image([0] * 6, datatype="FP64")]}, (), "input 'image': datatype 'FP64', expected FP32"),
-        ({"inputs": [MASK_JSON, image([0] * 8, shape=[1, 4, 2])]}, (), "input 'image': shape [1, 4, 2], expected [-1, 3, 2]"),
+        (
+            {"inputs": [MASK_JSON, image([0] * 6, datatype="FP64")]},
+            (),
+            "input 'image': datatype 'FP64', expected FP32",
+        ),
+        (
+            {"inputs": [MASK_JSON, image([0] * 8, shape=[1, 4, 2])]},
+            (),
+            "input 'image': shape [1, 4, 2], expected [-1, 3, 2]",
+        ),
         ({"inputs": [MASK_JSON, image([0] * 6, shape=[1, 6])]}, (), "expected [-1, 3, 2]"),
-        ({"inputs": [MASK_JSON, image([0] * 30, shape=[5, 3, 2])]}, (), "input 'image': batch of 5, this model takes 1..4"),
-        ({"inputs": [MASK_JSON, image([0] * 5)]}, (), "input 'image': 5 values in data, the shape needs 6"),
+        (
+            {"inputs": [MASK_JSON, image([0] * 30, shape=[5, 3, 2])]},
+            (),
+            "input 'image': batch of 5, this model takes 1..4",
+        ),
+        (
+            {"inputs": [MASK_JSON, image([0] * 5)]},
+            (),
+            "input 'image': 5 values in data, the shape needs 6",
+        ),
         ({"inputs": [MASK_JSON, image([[0, 0], [0]])]}, (), "input 'image': data is ragged"),
         ({"inputs": [MASK_JSON, image(["a"] * 6)]}, (), "input 'image': data holds str"),
-        ({"inputs": [{**MASK_JSON, "data": [1.5, 2, 3]}, image([0] * 6)]}, (), "input 'mask': data holds float64 values, not UINT8"),
-        ({"inputs": [{**MASK_JSON, "data": [1, 2, 300]}, image([0] * 6)]}, (), "input 'mask': values outside the range of UINT8"),
-        ({"inputs": [MASK_JSON, image()]}, (), "input 'image': no data, binary_data_size or shared_memory_region"),
-        ({"inputs": [MASK_JSON, image(parameters={"binary_data_size": 20})]}, (b"x" * 20,), "input 'image': binary_data_size 20, shape [1, 3, 2] needs 24"),
-        ({"inputs": [MASK_JSON, image(parameters={"binary_data_size": 24})]}, (b"x" * 10,), "its binary data runs past the end of the body"),
-        ({"inputs": [MASK_JSON, image(parameters={"binary_data_size": 24})]}, (b"x" * 30,), "6 bytes at the end of the body belong to no input"),
-        ({"inputs": [MASK_JSON, image([0] * 6)], "outputs": [{"name": "nope"}]}, (), "unknown output 'nope'; the model's outputs are out, n"),
-        ({"inputs": [MASK_JSON, image([0] * 6)], "outputs": [{"name": "n"}, {"name": "n"}]}, (), "output 'n' is requested twice"),
-        ({"inputs": [MASK_JSON, image([0] * 6)], "parameters": {"binary_data_output": "yes"}}, (), "binary_data_output must be true or false"),
-        ({"inputs": [MASK_JSON, image([0] * 6, parameters={"shared_memory_region": "r"})]}, (), "needs both shared_memory_region"),
-        ({"inputs": [MASK_JSON, image([0] * 6, parameters={"shared_memory_region": "r", "shared_memory_byte_size": 24})]}, (), "give data or shared memory, not both"),
-        ({"inputs": [MASK_JSON, image(parameters={"shared_memory_region": "r", "shared_memory_byte_size": 24})]}, (), "unknown shared memory region 'r'"),
+        (
+            {"inputs": [{**MASK_JSON, "data": [1.5, 2, 3]}, image([0] * 6)]},
+            (),
+            "input 'mask': data holds float64 values, not UINT8",
+        ),
+        (
+            {"inputs": [{**MASK_JSON, "data": [1, 2, 300]}, image([0] * 6)]},
+            (),
+            "input 'mask': values outside the range of UINT8",
+        ),
+        (
+            {"inputs": [MASK_JSON, image()]},
+            (),
+            "input 'image': no data, binary_data_size or shared_memory_region",
+        ),
+        (
+            {"inputs": [MASK_JSON, image(parameters={"binary_data_size": 20})]},
+            (b"x" * 20,),
+            "input 'image': binary_data_size 20, shape [1, 3, 2] needs 24",
+        ),
+        (
+            {"inputs": [MASK_JSON, image(parameters={"binary_data_size": 24})]},
+            (b"x" * 10,),
+            "its binary data runs past the end of the body",
+        ),
+        (
+            {"inputs": [MASK_JSON, image(parameters={"binary_data_size": 24})]},
+            (b"x" * 30,),
+            "6 bytes at the end of the body belong to no input",
+        ),
+        (
+            {"inputs": [MASK_JSON, image([0] * 6)], "outputs": [{"name": "nope"}]},
+            (),
+            "unknown output 'nope'; the model's outputs are out, n",
+        ),
+        (
+            {"inputs": [MASK_JSON, image([0] * 6)], "outputs": [{"name": "n"}, {"name": "n"}]},
+            (),
+            "output 'n' is requested twice",
+        ),
+        (
+            {"inputs": [MASK_JSON, image([0] * 6)], "parameters": {"binary_data_output": "yes"}},
+            (),
+            "binary_data_output must be true or false",
+        ),
+        (
+            {"inputs": [MASK_JSON, image([0] * 6, parameters={"shared_memory_region": "r"})]},
+            (),
+            "needs both shared_memory_region",
+        ),
+        (
+            {
+                "inputs": [
+                    MASK_JSON,
+                    image(
+                        [0] * 6,
+                        parameters={"shared_memory_region": "r", "shared_memory_byte_size": 24},
+                    ),
+                ]
+            },
+            (),
+            "give data or shared memory, not both",
+        ),
+        (
+            {
+                "inputs": [
+                    MASK_JSON,
+                    image(parameters={"shared_memory_region": "r", "shared_memory_byte_size": 24}),
+                ]
+            },
+            (),
+            "unknown shared memory region 'r'",
+        ),
         ({"inputs": []}, (), "inputs must be a non-empty list"),
         ({"inputs": [MASK_JSON, image([0] * 6)], "id": 5}, (), "id must be a string"),
-        ({"inputs": [MASK_JSON, image([0] * 6)], "parameters": {"timeout": 1.5}}, (), "parameter timeout (µs) must be an integer"),
+        (
+            {"inputs": [MASK_JSON, image([0] * 6)], "parameters": {"timeout": 1.5}},
+            (),
+            "parameter timeout (µs) must be an integer",
+        ),
     ],
-)  # fmt: skip
+)
 def test_mistakes_are_named(header: dict[str, Any], blobs: tuple[bytes, ...], message: str) -> None:
     assert message in error(header, *blobs).message
 
@@ -181,12 +266,18 @@ def test_encode_json_and_binary_outputs() -> None:
         "id": "x1",
         "outputs": [
             {"name": "out", "datatype": "FP32", "shape": [2], "data": [0.5, 1.5]},
-            {"name": "n", "datatype": "INT64", "shape": [2, 1],
-             "parameters": {"binary_data_size": 16}},
+            {
+                "name": "n",
+                "datatype": "INT64",
+                "shape": [2, 1],
+                "parameters": {"binary_data_size": 16},
+            },
         ],
-    }  # fmt: skip
+    }
     assert np.frombuffer(payload[length:], np.int64).tolist() == [7, 9]
-    only_json, no_length = codec.encode("m", decode({"inputs": [image([0] * 6), MASK_JSON]}), [out, n], IFACE.outputs, SHM)  # fmt: skip
+    only_json, no_length = codec.encode(
+        "m", decode({"inputs": [image([0] * 6), MASK_JSON]}), [out, n], IFACE.outputs, SHM
+    )
     assert no_length is None
     assert json.loads(only_json)["outputs"][1]["data"] == [7, 9]
 
@@ -212,8 +303,12 @@ def test_binary_round_trip_for_every_datatype(case: tuple[str, int, int, bytes])
     array = np.frombuffer(raw, dtype).reshape(rows, width)
     spec = TensorSpec("t", name, (-1, width))
     iface = codec.Interface((spec,), (spec,), 4, 4096)
-    item = {"name": "t", "datatype": name, "shape": [rows, width],
-            "parameters": {"binary_data_size": array.nbytes}}  # fmt: skip
+    item = {
+        "name": "t",
+        "datatype": name,
+        "shape": [rows, width],
+        "parameters": {"binary_data_size": array.nbytes},
+    }
     head = json.dumps({"inputs": [item], "parameters": {"binary_data_output": True}}).encode()
     request = codec.decode(head + array.tobytes(), len(head), iface, SHM)
     assert request.inputs[0].tobytes() == array.tobytes()
@@ -223,9 +318,11 @@ def test_binary_round_trip_for_every_datatype(case: tuple[str, int, int, bytes])
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
-)  # fmt: skip
+)
 fields = st.fixed_dictionaries(
     {},
     optional={
@@ -233,21 +330,32 @@ fields = st.fixed_dictionaries(
         "datatype": st.sampled_from(["FP32", "UINT8", "BYTES"]) | json_values,
         "shape": st.lists(st.integers(-2, 5), max_size=4) | json_values,
         "data": st.lists(st.integers(-300, 300) | st.floats(), max_size=8) | json_values,
-        "parameters": st.fixed_dictionaries({}, optional={
-            "binary_data_size": st.integers(-1, 40) | json_values,
-            "shared_memory_region": json_values, "shared_memory_byte_size": json_values,
-        }) | json_values,
+        "parameters": st.fixed_dictionaries(
+            {},
+            optional={
+                "binary_data_size": st.integers(-1, 40) | json_values,
+                "shared_memory_region": json_values,
+                "shared_memory_byte_size": json_values,
+            },
+        )
+        | json_values,
     },
-)  # fmt: skip
+)
 requests = st.fixed_dictionaries(
     {},
     optional={
         "id": json_values,
         "inputs": st.lists(fields, max_size=3) | json_values,
-        "outputs": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["out", "n", "q"]) | json_values}), max_size=3) | json_values,
-        "parameters": st.dictionaries(st.sampled_from(["binary_data_output", "timeout"]), json_values),
+        "outputs": st.lists(
+            st.fixed_dictionaries({"name": st.sampled_from(["out", "n", "q"]) | json_values}),
+            max_size=3,
+        )
+        | json_values,
+        "parameters": st.dictionaries(
+            st.sampled_from(["binary_data_output", "timeout"]), json_values
+        ),
     },
-)  # fmt: skip
+)
 
 
 @settings(max_examples=400, deadline=None)

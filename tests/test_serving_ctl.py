@@ -19,8 +19,10 @@ from tests.serving_server import Served, config, status_document
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    models = [{"name": "m", "path": str(scale(tmp_path / "scale.onnx"))},
-              {"name": "broken", "path": str(tmp_path / "none.onnx")}]  # fmt: skip
+    models = [
+        {"name": "m", "path": str(scale(tmp_path / "scale.onnx"))},
+        {"name": "broken", "path": str(tmp_path / "none.onnx")},
+    ]
     server = Served(config(tmp_path, models))
     server.wait_settled()
     yield server
@@ -70,8 +72,19 @@ def test_top_frames(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     frame = capsys.readouterr().out
     assert "temp 61.5 °C   power 7.25 W   governor holding" in frame
     before = {"inference": {"m": {"requests": 10}}}
-    after = {**status_document(), "inference": {"m": {"ready": True, "requests": 40, "p50_ms": 1.25,
-                                                      "p99_ms": 3.5, "queue_depth": 2, "errors": 1}}}  # fmt: skip
+    after = {
+        **status_document(),
+        "inference": {
+            "m": {
+                "ready": True,
+                "requests": 40,
+                "p50_ms": 1.25,
+                "p99_ms": 3.5,
+                "queue_depth": 2,
+                "errors": 1,
+            }
+        },
+    }
     line = next(r for r in render(after, before, 2.0).splitlines() if r.startswith("m "))
     assert line.split() == ["m", "4", "15.0", "1.25", "3.50", "2", "1"]
     assert "████████████████████████ cap   1510 /   1510 MHz" in render(after, None, 0)

@@ -25,8 +25,18 @@ def test_daemon_serves_the_demo_model_on_a_simulated_board(tmp_path: Path) -> No
         f'[[models]]\nname = "demo"\npath = "{MODEL}"\nmax_batch = 4\n'
     )
     log = tmp_path / "daemon.log"
-    command = [sys.executable, "-m", "mcpd", "run", "--config", str(cfg),
-               "--simulate", "jetson-orin-nano", "--sim-root", str(tmp_path / "board")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "run",
+        "--config",
+        str(cfg),
+        "--simulate",
+        "jetson-orin-nano",
+        "--sim-root",
+        str(tmp_path / "board"),
+    ]
     with open(log, "wb") as stderr:
         process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr, env=dict(os.environ))
     try:

@@ -3,6 +3,7 @@ the socket's permissions and systemd socket activation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -125,9 +126,17 @@ def test_binary_inference_in_several_datatypes(served: Served) -> None:
 
 
 BINARY = json.dumps(
-    {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
-                 "parameters": {"binary_data_size": 16}}]}
-).encode()  # fmt: skip
+    {
+        "inputs": [
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {"binary_data_size": 16},
+            }
+        ]
+    }
+).encode()
 
 
 @pytest.mark.parametrize(
@@ -137,14 +146,54 @@ BINARY = json.dumps(
         ("/v2/models/m/versions/2/infer", b"{}", {}, 404, "model 'm' has no version '2' (only 1)"),
         ("/v2/models/m/infer", b'{"inputs": [', {}, 400, "malformed JSON in the request"),
         ("/v2/models/m/infer", b"x" * 5000, {}, 413, "over the limit of 4096 bytes"),
-        ("/v2/models/m/infer", b"{}", {"Inference-Header-Content-Length": "ten"}, 400, "Inference-Header-Content-Length 'ten'"),
-        ("/v2/models/m/infer", BINARY + b"abc", {"Inference-Header-Content-Length": str(len(BINARY))}, 400, "binary data runs past the end"),
-        ("/v2/models/m/infer", json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2000], "data": []}]}).encode(), {}, 400, "shape [1, 2000], expected [-1, 4]"),
-        ("/v2/models/m/infer", json.dumps({"inputs": [{"name": "x", "datatype": "INT32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode(), {}, 400, "datatype 'INT32', expected FP32"),
-        ("/v2/models/m/infer", json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [5, 4], "data": [0] * 20}]}).encode(), {}, 400, "batch of 5, this model takes 1..4"),
+        (
+            "/v2/models/m/infer",
+            b"{}",
+            {"Inference-Header-Content-Length": "ten"},
+            400,
+            "Inference-Header-Content-Length 'ten'",
+        ),
+        (
+            "/v2/models/m/infer",
+            BINARY + b"abc",
+            {"Inference-Header-Content-Length": str(len(BINARY))},
+            400,
+            "binary data runs past the end",
+        ),
+        (
+            "/v2/models/m/infer",
+            json.dumps(
+                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2000], "data": []}]}
+            ).encode(),
+            {},
+            400,
+            "shape [1, 2000], expected [-1, 4]",
+        ),
+        (
+            "/v2/models/m/infer",
+            json.dumps(
+                {
+                    "inputs": [
+                        {"name": "x", "datatype": "INT32", "shape": [1, 4], "data": [1, 2, 3, 4]}
+                    ]
+                }
+            ).encode(),
+            {},
+            400,
+            "datatype 'INT32', expected FP32",
+        ),
+        (
+            "/v2/models/m/infer",
+            json.dumps(
+                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [5, 4], "data": [0] * 20}]}
+            ).encode(),
+            {},
+            400,
+            "batch of 5, this model takes 1..4",
+        ),
         ("/v2/nothing", b"", {}, 404, "Not Found: POST /v2/nothing"),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_get_the_protocol_error(
     served: Served, path: str, body: bytes, headers: dict[str, str], status: int, message: str
 ) -> None:
@@ -220,7 +269,7 @@ def test_reload_adds_removes_and_replaces_while_others_serve(
         client.infer("m", {"x": np.zeros((1, 6), np.float32)})
         assert client.ready()
         # A replacement that fails leaves the running version serving.
-        served.reload([wider.model_copy(update={"path": str(tmp_path / "gone.onnx")}), added])
+        served.reload([dataclasses.replace(wider, path=str(tmp_path / "gone.onnx")), added])
         served.wait_settled()
         client.infer("m", {"x": np.zeros((1, 6), np.float32)})
     messages = [e.message for e in served.events]

@@ -5,6 +5,7 @@ real daemon no longer stops it from writing caps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -188,8 +189,18 @@ def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path
 
     configure(140.0, 130.0)  # nothing to do: the caps stay at their maximum
     log = tmp_path / "daemon.log"
-    command = [sys.executable, "-m", "mcpd", "run", "--config", str(cfg),
-               "--simulate", "jetson-orin-nano", "--sim-root", str(board)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mcpd",
+        "run",
+        "--config",
+        str(cfg),
+        "--simulate",
+        "jetson-orin-nano",
+        "--sim-root",
+        str(board),
+    ]
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
             command,
@@ -250,9 +261,7 @@ def test_a_reload_applies_the_body_limits_at_once(served: Served) -> None:
     body = json.dumps({"inputs": [], "pad": "x" * 3000}).encode()
     assert post(served, body)[0] == 413
     cfg = served.service.config
-    looser = cfg.model_copy(
-        update={"daemon": cfg.daemon.model_copy(update={"max_json_bytes": 4096})}
-    )
+    looser = dataclasses.replace(cfg, daemon=dataclasses.replace(cfg.daemon, max_json_bytes=4096))
     served.call(served.service.reload(looser))
     status, message = post(served, body)
     assert status == 400 and "inputs must be a non-empty list" in message

@@ -53,17 +53,67 @@ DEEP = b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 @pytest.mark.parametrize(
     ("path", "body", "headers", "message"),
     [
-        ("/v2/models/m/infer", infer_body(), {"Inference-Header-Content-Length": UTF8_DIGIT}, "Inference-Header-Content-Length '2²' is not a number"),
+        (
+            "/v2/models/m/infer",
+            infer_body(),
+            {"Inference-Header-Content-Length": UTF8_DIGIT},
+            "Inference-Header-Content-Length '2²' is not a number",
+        ),
         ("/v2/models/m/infer", DEEP, {}, "JSON nested too deep"),
-        ("/v2/systemsharedmemory/region/r/register", b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {}, "JSON nested too deep"),
-        ("/v2/models/m/infer", infer_body(parameters={"timeout": 10**400}), {}, "parameter timeout"),
+        (
+            "/v2/systemsharedmemory/region/r/register",
+            b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            {},
+            "JSON nested too deep",
+        ),
+        (
+            "/v2/models/m/infer",
+            infer_body(parameters={"timeout": 10**400}),
+            {},
+            "parameter timeout",
+        ),
         ("/v2/models/m/infer", infer_body(parameters={"timeout": -5}), {}, "parameter timeout"),
-        ("/v2/systemsharedmemory/region/r/register", b'{"key": "a\\u0000b", "byte_size": 8}', {}, "key 'a\\x00b'"),
-        ("/v2/systemsharedmemory/region/r/register", b'{"key": "a\\ud800", "byte_size": 8}', {}, "key 'a\\ud800'"),
-        ("/v2/systemsharedmemory/region/r/register", b'{"key": "k", "byte_size": 8, "offset": 100000000000000000000}', {}, "offset"),
-        ("/v2/models/m/infer", json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 16, "shared_memory_offset": 2**70}}]}).encode(), {}, "shared_memory_offset"),
+        (
+            "/v2/systemsharedmemory/region/r/register",
+            b'{"key": "a\\u0000b", "byte_size": 8}',
+            {},
+            "key 'a\\x00b'",
+        ),
+        (
+            "/v2/systemsharedmemory/region/r/register",
+            b'{"key": "a\\ud800", "byte_size": 8}',
+            {},
+            "key 'a\\ud800'",
+        ),
+        (
+            "/v2/systemsharedmemory/region/r/register",
+            b'{"key": "k", "byte_size": 8, "offset": 100000000000000000000}',
+            {},
+            "offset",
+        ),
+        (
+            "/v2/models/m/infer",
+            json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "x",
+                            "datatype": "FP32",
+                            "shape": [1, 4],
+                            "parameters": {
+                                "shared_memory_region": "r",
+                                "shared_memory_byte_size": 16,
+                                "shared_memory_offset": 2**70,
+                            },
+                        }
+                    ]
+                }
+            ).encode(),
+            {},
+            "shared_memory_offset",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_mistake_is_a_400_naming_the_field(
     client: Client, path: str, body: bytes, headers: dict[str, str], message: str
 ) -> None:
@@ -82,11 +132,17 @@ def test_nan_and_infinity_reach_json_as_strings(client: Client) -> None:
     x = np.array([[math.nan, math.inf, -math.inf, 1.5]], np.float32)
     body = json.dumps(
         {
-            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
-                        "parameters": {"binary_data_size": 16}}],
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "FP32",
+                    "shape": [1, 4],
+                    "parameters": {"binary_data_size": 16},
+                }
+            ],
             "outputs": [{"name": "double"}],
         }
-    ).encode()  # fmt: skip
+    ).encode()
     reply = client.request(
         "POST",
         "/v2/models/m/infer",
@@ -104,8 +160,33 @@ def test_nan_and_infinity_reach_json_as_strings(client: Client) -> None:
 
 # -- fuzzing: documents shaped like requests, odd values in every field ---------------------------
 
-ODD: list[object] = [10**400, -(10**400), 2**63, 2**64, -1, 0, 1, True, None, math.nan, math.inf, -0.0, 1e308,
-       "", "\0", "\ud800", "²", "x", "r", "/", "..", [], {}, [[[]]], [1, 2, 3, 4]]  # fmt: skip
+ODD: list[object] = [
+    10**400,
+    -(10**400),
+    2**63,
+    2**64,
+    -1,
+    0,
+    1,
+    True,
+    None,
+    math.nan,
+    math.inf,
+    -0.0,
+    1e308,
+    "",
+    "\0",
+    "\ud800",
+    "²",
+    "x",
+    "r",
+    "/",
+    "..",
+    [],
+    {},
+    [[[]]],
+    [1, 2, 3, 4],
+]
 scalars = st.sampled_from(ODD) | st.integers() | st.floats() | st.text(max_size=8)
 values = st.recursive(
     scalars,
@@ -121,8 +202,13 @@ def fields(*keys: str) -> st.SearchStrategy[dict[str, object]]:
     return st.just({}) | st.dictionaries(st.sampled_from(keys), scalars | values, max_size=2)
 
 
-TENSOR_PARAMETERS = ("binary_data_size", "binary_data", "shared_memory_region",
-                     "shared_memory_byte_size", "shared_memory_offset")  # fmt: skip
+TENSOR_PARAMETERS = (
+    "binary_data_size",
+    "binary_data",
+    "shared_memory_region",
+    "shared_memory_byte_size",
+    "shared_memory_offset",
+)
 VALID = {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}
 # A valid input with some fields replaced, so that decoding gets past the first check.
 tensors = st.builds(
@@ -137,10 +223,12 @@ outputs = st.just({"name": "double"}) | st.builds(
 )
 requests = st.fixed_dictionaries(
     {"inputs": st.lists(tensors, min_size=1, max_size=1) | st.lists(tensors, max_size=3)},
-    optional={"outputs": st.lists(outputs, max_size=2),
-              "parameters": fields("timeout", "binary_data_output", "priority"),
-              "id": st.text(max_size=8) | st.text(max_size=8) | scalars},
-)  # fmt: skip
+    optional={
+        "outputs": st.lists(outputs, max_size=2),
+        "parameters": fields("timeout", "binary_data_output", "priority"),
+        "id": st.text(max_size=8) | st.text(max_size=8) | scalars,
+    },
+)
 
 
 def strict(constant: str) -> object:

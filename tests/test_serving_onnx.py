@@ -29,12 +29,19 @@ def test_provider_order_and_options_where_available() -> None:
     providers, warning = plan_providers(options, ALL, profile)
     assert warning is None
     assert providers == [
-        ("TensorrtExecutionProvider", {"device_id": 1, "trt_fp16_enable": True,
-         "trt_engine_cache_enable": True, "trt_engine_cache_path": "/var/cache/trt",
-         "trt_profile_min_shapes": "x:1x4"}),
+        (
+            "TensorrtExecutionProvider",
+            {
+                "device_id": 1,
+                "trt_fp16_enable": True,
+                "trt_engine_cache_enable": True,
+                "trt_engine_cache_path": "/var/cache/trt",
+                "trt_profile_min_shapes": "x:1x4",
+            },
+        ),
         ("CUDAExecutionProvider", {"device_id": 1}),
         (CPU, {}),
-    ]  # fmt: skip
+    ]
 
 
 def test_missing_providers_fall_back_to_cpu_with_a_warning() -> None:
@@ -88,12 +95,13 @@ def test_models_that_cannot_be_served(tmp_path: Path) -> None:
         backends.load(ModelSection(name="m", path=str(tmp_path / "m.pt")))
     model = onnx.helper.make_model(
         onnx.helper.make_graph(
-            [onnx.helper.make_node("Identity", ["s"], ["t"])], "g",
+            [onnx.helper.make_node("Identity", ["s"], ["t"])],
+            "g",
             [onnx.helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [])],
             [onnx.helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [])],
         ),
         opset_imports=[onnx.helper.make_opsetid("", 17)],
-    )  # fmt: skip
+    )
     model.ir_version = 8
     onnx.save(model, tmp_path / "scalar.onnx")
     with pytest.raises(LoadError, match="tensor 's' is a scalar"):

@@ -3,6 +3,7 @@ not exceptions). Untested on hardware: there is no RK3588 here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from mcpd.config import ModelSection
+from mcpd.schema import build
 from mcpd.serving import backends
 from mcpd.serving.errors import LoadError
 
@@ -35,8 +37,8 @@ def model(tmp_path: Path, shape: list[int], **rknn: object) -> ModelSection:
     path = tmp_path / "m.rknn"
     path.write_bytes(b"RKNN" + json.dumps({"inputs": [shape]}).encode())
     inputs = [{"name": "images", "datatype": "UINT8", "shape": shape}]
-    return ModelSection.model_validate(
-        {"name": "npu", "path": str(path), "rknn": {"inputs": inputs, **rknn}}
+    return build(
+        ModelSection, {"name": "npu", "path": str(path), "rknn": {"inputs": inputs, **rknn}}
     )
 
 
@@ -88,8 +90,8 @@ def test_inference_failure_is_none_not_an_exception(lite: ModuleType, tmp_path: 
 
 
 def test_inputs_must_be_declared(lite: ModuleType, tmp_path: Path) -> None:
-    section = model(tmp_path, [1, 4]).model_copy(
-        update={"rknn": ModelSection(name="x", path="x").rknn}
+    section = dataclasses.replace(
+        model(tmp_path, [1, 4]), rknn=ModelSection(name="x", path="x").rknn
     )
     with pytest.raises(LoadError, match=r"needs its inputs declared in \[\[models.rknn.inputs\]\]"):
         backends.load(section)

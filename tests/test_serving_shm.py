@@ -132,9 +132,16 @@ def test_a_shrunk_region_over_the_socket(tmp_path: Path) -> None:
             body = json.dumps({"key": key, "byte_size": 32}).encode()
             reply = client.request("POST", "/v2/systemsharedmemory/region/t/register", body)
             assert reply.status == 200
-            request = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4],
-                                   "parameters": {"shared_memory_region": "t",
-                                                  "shared_memory_byte_size": 32}}]}  # fmt: skip
+            request = {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "datatype": "FP32",
+                        "shape": [2, 4],
+                        "parameters": {"shared_memory_region": "t", "shared_memory_byte_size": 32},
+                    }
+                ]
+            }
             reply = client.request("POST", "/v2/models/m/infer", json.dumps(request).encode())
             assert reply.status == 200
             os.truncate(obj, 4)

@@ -99,8 +99,10 @@ def test_infer_json_and_mixed_datatypes(triton: httpclient.InferenceServerClient
         item = httpclient.InferInput(name, list(array.shape), datatype)
         item.set_data_from_numpy(array, binary_data=False)
         inputs.append(item)
-    outputs = [httpclient.InferRequestedOutput("a3", binary_data=False),
-               httpclient.InferRequestedOutput("flag_not", binary_data=True)]  # fmt: skip
+    outputs = [
+        httpclient.InferRequestedOutput("a3", binary_data=False),
+        httpclient.InferRequestedOutput("flag_not", binary_data=True),
+    ]
     result = triton.infer("mixed", inputs, outputs=outputs)
     np.testing.assert_array_equal(result.as_numpy("a3"), a * 3)
     np.testing.assert_array_equal(result.as_numpy("flag_not"), ~flag)

@@ -278,11 +278,41 @@ def test_speed_compresses_thermal_time_not_power(tmp_path: Path) -> None:
 
 def test_state_file_and_sim_command(tmp_path: Path) -> None:
     root = tmp_path / "board"
-    bad = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--fault", "vanish:nope"],
-                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcpd",
+            "sim",
+            "--profile",
+            "rk3588",
+            "--root",
+            str(root),
+            "--fault",
+            "vanish:nope",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 2 and "no such sensor" in bad.stderr
-    hot = subprocess.run([sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root), "--ambient", "99"],
-                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    hot = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcpd",
+            "sim",
+            "--profile",
+            "rk3588",
+            "--root",
+            str(root),
+            "--ambient",
+            "99",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert hot.returncode == 2 and "--ambient 99: expected -40 to 60 °C" in hot.stderr
     process = subprocess.Popen(
         [

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 
 from mcpd import status
@@ -12,10 +16,21 @@ from mcpd.thermal_forecast import headroom
 
 def snapshot(**fields: object) -> Snapshot:
     base: dict[str, object] = dict(
-        ts=1.7e9, platform="rk3588", model=None, temperature_c=79.0, power_w=None,
-        power_estimated=False, metered=False, temperatures={}, powers={}, domains=(),
-        state="holding", profile="default", last_action=None, batch={},
-    )  # fmt: skip
+        ts=1.7e9,
+        platform="rk3588",
+        model=None,
+        temperature_c=79.0,
+        power_w=None,
+        power_estimated=False,
+        metered=False,
+        temperatures={},
+        powers={},
+        domains=(),
+        state="holding",
+        profile="default",
+        last_action=None,
+        batch={},
+    )
     return Snapshot(**{**base, **fields})  # type: ignore[arg-type]
 
 
@@ -41,3 +56,19 @@ def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> No
     assert unknown["thermal"] == {"headroom": None}
     text = metrics.Exposition(lambda: unknown, dict).render("")[0].decode()
     assert not [x for x in text.splitlines() if x.startswith("mcpd_thermal_headroom")]
+
+
+def test_daemon_stats_measure_this_process() -> None:
+    stats = status.DaemonStats("fifo 10")
+    busy_until = time.thread_time() + 0.3
+    while time.thread_time() < busy_until:
+        pass
+    measured = stats()
+    assert measured["cpu_percent"] > 30
+    vm_rss_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    assert measured["rss_mb"] == pytest.approx(vm_rss_kb / 1024, rel=0.05)
+    assert (measured["pid"], measured["scheduling"]) == (os.getpid(), "fifo 10")

@@ -22,8 +22,19 @@ from mcpd.demo import MODEL
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
-FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite", "prometheus_client")
-"""Never in the governor process; prometheus_client alone would cost it 10.4 MB (docs/metrics.md)."""
+# pydantic (18 MB), psutil (2.7 MB) and prometheus_client (10.4 MB, docs/metrics.md) of a 40 MB
+# budget (BENCHMARKS.md): mcpd.schema checks the config, mcpd.status reads /proc itself, and the
+# serving process renders /metrics.
+FORBIDDEN = (
+    "numpy",
+    "onnxruntime",
+    "aiohttp",
+    "rknnlite",
+    "pydantic",
+    "pydantic_core",
+    "psutil",
+    "prometheus_client",
+)
 
 
 def slow_model(path: Path, layers: int = 60, size: int = 1024) -> Path:
@@ -41,9 +52,12 @@ def slow_model(path: Path, layers: int = 60, size: int = 1024) -> Path:
     nodes.append(helper.make_node("Identity", [previous], ["y"]))
     shape = ["N", size, size]
     graph = helper.make_graph(
-        nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [weight],
-    )  # fmt: skip
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [weight],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -137,14 +151,28 @@ def test_a_request_in_flight_when_serving_dies_fails_at_once_and_the_next_one_is
     daemon, sock = served(("slow", slow_model(tmp_path / "slow.onnx")))
     child = serving_pid(sock)
     body = np.ones((1, 1024, 1024), np.float32)
-    head = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1024, 1024],
-                                   "parameters": {"binary_data_size": body.nbytes}}]}).encode()  # fmt: skip
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "FP32",
+                    "shape": [1, 1024, 1024],
+                    "parameters": {"binary_data_size": body.nbytes},
+                }
+            ]
+        }
+    ).encode()
     connection = http.client.HTTPConnection("localhost", timeout=60)
     connection.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.sock.connect(str(sock))
-        connection.request("POST", "/v2/models/slow/infer", head + body.tobytes(),
-                           {"Inference-Header-Content-Length": str(len(head))})  # fmt: skip
+        connection.request(
+            "POST",
+            "/v2/models/slow/infer",
+            head + body.tobytes(),
+            {"Inference-Header-Content-Length": str(len(head))},
+        )
         time.sleep(0.5)  # the model is running it now (seconds of work)
         os.kill(child, signal.SIGKILL)
         started = time.monotonic()
@@ -204,8 +232,9 @@ def test_the_governor_process_never_imports_the_serving_stack(tmp_path: Path) ->
     board = tmp_path / "board"
     sim = subprocess.Popen(
         [sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(board)],
-        cwd=PROJECT, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        cwd=PROJECT,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (board / "proc/sys/kernel/random/boot_id").exists():
@@ -239,8 +268,9 @@ def look():
 threading.Thread(target=look, daemon=True).start()
 sys.exit(main(["run", "--config", {str(tmp_path / "mcpd.toml")!r}]))
 """
-        done = subprocess.run([sys.executable, "-c", script], cwd=PROJECT, capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=PROJECT, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(found.read_text()) == []
     finally:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sensors.sysfs import Attribute, device_name, parse_int, read_line
+from sensors.sysfs import Attribute, device_name, parse_int, read_line, resolve
 
 
 @given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
@@ -93,3 +94,25 @@ def test_kept_descriptor_follows_replacement_and_removal(tmp_path: Path) -> None
     path.write_text("44000\n")
     assert attr.read_int() == 44000 and not attr.gone
     attr.close()
+
+
+def test_resolve_is_realpath_in_three_system_calls(tmp_path: Path) -> None:
+    """Class entries are relative links into sys/devices; a FIFO is never opened (no blocking)."""
+    device = tmp_path / "sys/devices/virtual/thermal/thermal_zone0"
+    device.mkdir(parents=True)
+    (device / "temp").write_text("41000\n")
+    os.mkfifo(device / "fifo")
+    (tmp_path / "sys/class/thermal").mkdir(parents=True)
+    (tmp_path / "sys/class/thermal/thermal_zone0").symlink_to(
+        "../../devices/virtual/thermal/thermal_zone0"
+    )
+    (tmp_path / "dangling").symlink_to("nowhere/at/all")
+    for path in (
+        tmp_path / "sys/class/thermal/thermal_zone0/temp",
+        tmp_path / "sys/class/thermal/thermal_zone0/fifo",
+        tmp_path / "sys/class/thermal/thermal_zone0/../thermal_zone0",
+        tmp_path / "sys/class/thermal/thermal_zone0/missing",
+        tmp_path / "dangling",
+    ):
+        assert resolve(path) == os.path.realpath(path), path
+    assert resolve(tmp_path / "sys/class/thermal/thermal_zone0/temp") == str(device / "temp")

@@ -151,9 +151,17 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         assert ns.wait_booted() in ("running", "degraded")
         # apt, as the README tells users to install it; dependencies are installed already.
         ns.run(
-            "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
-            "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", str(root / deb.name),
-        )  # fmt: skip
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "-o",
+            "DPkg::Lock::Timeout=300",
+            str(root / deb.name),
+        )
         # The simulated board lives under /var/lib, which ProtectSystem=strict makes read-only.
         DROP_IN.mkdir(exist_ok=True)
         (DROP_IN / "system-test.conf").write_text(f"[Service]\nReadWritePaths={root}/board\n")

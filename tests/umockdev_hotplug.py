@@ -16,8 +16,14 @@ from sensors.hotplug import HotplugMonitor
 lib = ctypes.CDLL("libumockdev.so.0")
 lib.umockdev_testbed_new.restype = ctypes.c_void_p
 lib.umockdev_testbed_add_devicev.restype = ctypes.c_char_p
-lib.umockdev_testbed_add_devicev.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                             ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]  # fmt: skip
+lib.umockdev_testbed_add_devicev.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.POINTER(ctypes.c_char_p),
+    ctypes.POINTER(ctypes.c_char_p),
+]
 lib.umockdev_testbed_uevent.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
 lib.umockdev_testbed_remove_device.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
@@ -38,16 +44,28 @@ def wait_for_change(monitor: HotplugMonitor) -> bool:
 
 def main() -> None:
     testbed = lib.umockdev_testbed_new()
-    lib.umockdev_testbed_add_devicev(testbed, b"thermal", b"thermal_zone0", None,
-                                     strv({"type": "cpu-thermal", "temp": "45000", "mode": "enabled"}), strv({}))  # fmt: skip
+    lib.umockdev_testbed_add_devicev(
+        testbed,
+        b"thermal",
+        b"thermal_zone0",
+        None,
+        strv({"type": "cpu-thermal", "temp": "45000", "mode": "enabled"}),
+        strv({}),
+    )
     monitor = HotplugMonitor.start()
     assert monitor is not None
     result: dict[str, object] = {"before": [s.name for s in SensorSet.discover("/").powers]}
     result["quiet"] = monitor.changed()
     ina = lib.umockdev_testbed_add_devicev(
-        testbed, b"hwmon", b"hwmon3", None,
-        strv({"name": "ina3221", "in1_label": "VDD_IN", "in1_input": "5000", "curr1_input": "1200"}), strv({}),
-    )  # fmt: skip
+        testbed,
+        b"hwmon",
+        b"hwmon3",
+        None,
+        strv(
+            {"name": "ina3221", "in1_label": "VDD_IN", "in1_input": "5000", "curr1_input": "1200"}
+        ),
+        strv({}),
+    )
     lib.umockdev_testbed_uevent(testbed, ina, b"add")
     result["add_seen"] = wait_for_change(monitor)
     sensors = SensorSet.discover("/")

@@ -97,8 +97,17 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    header = ("DEVICE", "ONLINE", "PLATFORM", "TEMP °C", "POWER W", "CAPS MHz", "GOVERNOR",
-              "REQ/S", "LAST SEEN")  # fmt: skip
+    header = (
+        "DEVICE",
+        "ONLINE",
+        "PLATFORM",
+        "TEMP °C",
+        "POWER W",
+        "CAPS MHz",
+        "GOVERNOR",
+        "REQ/S",
+        "LAST SEEN",
+    )
     lines = [header]
     for row in rows:
         caps = " ".join(
@@ -106,18 +115,27 @@ def table(rows: list[Row]) -> str:
         )
         online = {True: "yes", False: "NO", None: "?"}[row.online]
         lines.append(
-            (row.device, online, row.platform or "-", _fmt(row.temperature_c, ".1f"),
-             _fmt(row.power_w, ".2f"), caps or "-", row.governor or "-",
-             _fmt(row.requests_per_s, ".1f"),
-             "-" if row.last_seen_s is None else f"{row.last_seen_s:.1f} s")
-        )  # fmt: skip
+            (
+                row.device,
+                online,
+                row.platform or "-",
+                _fmt(row.temperature_c, ".1f"),
+                _fmt(row.power_w, ".2f"),
+                caps or "-",
+                row.governor or "-",
+                _fmt(row.requests_per_s, ".1f"),
+                "-" if row.last_seen_s is None else f"{row.last_seen_s:.1f} s",
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     right = {3, 4, 7, 8}
     return "\n".join(
-        "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in
-                  enumerate(zip(line, widths, strict=True))).rstrip()
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        ).rstrip()
         for line in lines
-    )  # fmt: skip
+    )
 
 
 def _connect(args: argparse.Namespace, view: FleetView) -> paho.Client:
@@ -170,8 +188,10 @@ def run(args: argparse.Namespace) -> int:
                 snapshot = {"ts": round(time.time(), 3), "devices": [asdict(r) for r in rows]}
                 print(json.dumps(snapshot), flush=True)
             else:
-                print(("\x1b[H\x1b[J" if live else "") + table(rows) + ("" if live else "\n"),
-                      flush=True)  # fmt: skip
+                print(
+                    ("\x1b[H\x1b[J" if live else "") + table(rows) + ("" if live else "\n"),
+                    flush=True,
+                )
             shown += 1
     except KeyboardInterrupt:
         pass

@@ -34,8 +34,11 @@ def format_status(doc: Mapping[str, Any]) -> str:
     inference = doc.get("inference") or {}
     if inference:
         batch = doc.get("batch") or {}
-        lines += ["", f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
-                  f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}"]  # fmt: skip
+        lines += [
+            "",
+            f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
+            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}",
+        ]
         for name, m in inference.items():
             lines.append(
                 f"{name:<18} {'yes' if m.get('ready') else 'no':<6} {batch.get(name, '-'):>5} "

@@ -41,8 +41,11 @@ def render(doc: Mapping[str, Any], previous: Mapping[str, Any] | None, seconds: 
     last = governor.get("last_action")
     if last:
         lines.append(f"last action: {last['action']} ({last['reason']})")
-    lines += ["", f"{'model':<16} {'batch':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'queue':>6} {'errors':>7}"]  # fmt: skip
+    lines += [
+        "",
+        f"{'model':<16} {'batch':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'queue':>6} {'errors':>7}",
+    ]
     before = (previous or {}).get("inference") or {}
     batch = doc.get("batch") or {}
     for name, m in (doc.get("inference") or {}).items():

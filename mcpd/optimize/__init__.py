@@ -35,8 +35,12 @@ def add_parser(commands: Any) -> None:
         "write the fastest one that meets the accuracy gate. Exit 2 on bad input.",
     )
     parser.add_argument("model", help="the ONNX model (FP32)")
-    parser.add_argument("--calibration", required=True, metavar="DIR",
-                        help="sample inputs: *.npy, *.npz or images (*.jpg, *.png)")  # fmt: skip
+    parser.add_argument(
+        "--calibration",
+        required=True,
+        metavar="DIR",
+        help="sample inputs: *.npy, *.npz or images (*.jpg, *.png)",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the written model")
     # Choices are checked by the command itself so that a bad one is one line and exit 2 like
     # every other bad input, not argparse's usage text.
@@ -44,15 +48,31 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--precision", default="auto", help=f"{'|'.join(PRECISIONS)} (default auto)"
     )
-    parser.add_argument("--min-cosine", type=float, default=0.98,
-                        help="lowest cosine to the original per output (default 0.98)")  # fmt: skip
-    parser.add_argument("--min-top1", type=float, default=0.97,
-                        help="lowest top-1 agreement for classification-shaped outputs (default 0.97)")  # fmt: skip
-    parser.add_argument("--preprocess", metavar="SPEC",
-                        help="for images: 'size=H,W order=rgb mean=R,G,B std=R,G,B layout=nchw "
-                        "scale=1/255' (else DIR/preprocess.toml)")  # fmt: skip
-    parser.add_argument("--budget", type=float, default=150.0, metavar="SECONDS",
-                        help="time for the optional search steps (default 150)")  # fmt: skip
+    parser.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.98,
+        help="lowest cosine to the original per output (default 0.98)",
+    )
+    parser.add_argument(
+        "--min-top1",
+        type=float,
+        default=0.97,
+        help="lowest top-1 agreement for classification-shaped outputs (default 0.97)",
+    )
+    parser.add_argument(
+        "--preprocess",
+        metavar="SPEC",
+        help="for images: 'size=H,W order=rgb mean=R,G,B std=R,G,B layout=nchw "
+        "scale=1/255' (else DIR/preprocess.toml)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=150.0,
+        metavar="SECONDS",
+        help="time for the optional search steps (default 150)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     # onnxruntime's quantizer logs advice to the root logger at warning level; progress is our own.
     parser.set_defaults(func=_run, default_level="error")
@@ -61,8 +81,12 @@ def add_parser(commands: Any) -> None:
         "bench",
         help="throughput-latency sweep (model files x batch x threads) and its Pareto frontier",
     )
-    bench.add_argument("models", nargs="+", metavar="MODEL",
-                       help="ONNX files, e.g. the original and what mcpd optimize wrote")  # fmt: skip
+    bench.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="ONNX files, e.g. the original and what mcpd optimize wrote",
+    )
     bench.add_argument("--batch", default="1,2,4,8", help="batch sizes (default 1,2,4,8)")
     bench.add_argument("--threads", default="1,2", help="intra-op threads (default 1,2)")
     bench.add_argument("--seconds", type=float, default=1.0, help="per point (default 1)")

@@ -94,10 +94,22 @@ class Optimizer:
     def command(self, model: ModelSection, out: Path) -> list[str]:
         nice = [shutil.which("nice") or "nice", "-n", "19"]
         return [
-            *nice, sys.executable, "-m", "mcpd", "optimize", model.path,
-            "--calibration", model.calibration, "--out", str(out),
-            "--precision", model.optimize, "--min-cosine", str(model.min_cosine), "--json",
-        ]  # fmt: skip
+            *nice,
+            sys.executable,
+            "-m",
+            "mcpd",
+            "optimize",
+            model.path,
+            "--calibration",
+            model.calibration,
+            "--out",
+            str(out),
+            "--precision",
+            model.optimize,
+            "--min-cosine",
+            str(model.min_cosine),
+            "--json",
+        ]
 
     async def build(self, model: ModelSection) -> Built:
         """The cached result for `model`, else a fresh one built by a child process."""

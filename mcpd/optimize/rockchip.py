@@ -36,9 +36,11 @@ def toolkit_python() -> Path:
     """The toolkit environment's python, or an error that says how to install it."""
     explicit = os.environ.get("MCPD_RKNN_PYTHON")
     python = Path(explicit) if explicit else DEFAULT_VENV / "bin" / "python"
-    probe = subprocess.run(
-        [str(python), "-c", "import rknn.api"], capture_output=True, check=False
-    ) if python.exists() else None  # fmt: skip
+    probe = (
+        subprocess.run([str(python), "-c", "import rknn.api"], capture_output=True, check=False)
+        if python.exists()
+        else None
+    )
     if probe is None or probe.returncode != 0:
         raise OptimizeError(
             f"--target rk3588 needs rknn-toolkit2 in its own virtual environment ({python} has "
@@ -91,11 +93,21 @@ def convert(
         answers = workdir / f"answers-{precision}-{algorithm}"
         answers.mkdir()
         job = workdir / f"job-{precision}-{algorithm}.json"
-        job.write_text(json.dumps({
-            "model": str(model), "target": target, "quantized_algorithm": algorithm,
-            "input_names": names, "input_shapes": shapes, "dataset": str(dataset),
-            "output": str(out), "validation": held_out, "results": str(answers),
-        }))  # fmt: skip
+        job.write_text(
+            json.dumps(
+                {
+                    "model": str(model),
+                    "target": target,
+                    "quantized_algorithm": algorithm,
+                    "input_names": names,
+                    "input_shapes": shapes,
+                    "dataset": str(dataset),
+                    "output": str(out),
+                    "validation": held_out,
+                    "results": str(answers),
+                }
+            )
+        )
         run = subprocess.run(
             [str(python), str(WORKER), str(job)], capture_output=True, text=True, check=False
         )
@@ -111,8 +123,10 @@ def convert(
         accuracy = compare(reference, got, spec.outputs)
         results.append((label, precision, out, accuracy))
         ok = gate(accuracy)
-        progress(f"{label}: cosine {accuracy.cosine_min:.4f} in the simulator — "
-                 f"{'meets' if ok else 'below'} the gate")  # fmt: skip
+        progress(
+            f"{label}: cosine {accuracy.cosine_min:.4f} in the simulator — "
+            f"{'meets' if ok else 'below'} the gate"
+        )
         if ok:
             break
     return results

@@ -263,10 +263,18 @@ class Search:
             return accuracy.meets(self.options.min_cosine, self.options.min_top1)
 
         built = rockchip.convert(
-            self.model_path, self.interface, self.calibration, self.validation, self.reference,
-            self.options.target, self.workdir, gate, self.progress, toolkit,
+            self.model_path,
+            self.interface,
+            self.calibration,
+            self.validation,
+            self.reference,
+            self.options.target,
+            self.workdir,
+            gate,
+            self.progress,
+            toolkit,
             ("int8", "fp16") if self.options.precision == "auto" else (self.options.precision,),
-        )  # fmt: skip
+        )
         for label, precision, path, accuracy in built:
             if accuracy is not None:
                 self.results.append(

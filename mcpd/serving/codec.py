@@ -251,9 +251,12 @@ def _outputs(
 
 
 def encode(
-    model: str, request: InferRequest, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec],
+    model: str,
+    request: InferRequest,
+    outputs: Sequence[np.ndarray],
+    specs: Sequence[TensorSpec],
     shm: PeerMemory,
-) -> tuple[bytes, int | None]:  # fmt: skip
+) -> tuple[bytes, int | None]:
     """The response body, and the JSON header's length where binary tensors follow it."""
     items = []
     blobs = []

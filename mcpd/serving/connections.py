@@ -43,8 +43,11 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
         log.warning(
             "serving at most %d connections, not max_connections = %d: the descriptor limit is "
             "%d (LimitNOFILE=) and %d stay reserved for the governor and the daemon's own files",
-            fitting, configured, descriptors, RESERVED_DESCRIPTORS,
-        )  # fmt: skip
+            fitting,
+            configured,
+            descriptors,
+            RESERVED_DESCRIPTORS,
+        )
     return min(configured, fitting)
 
 
@@ -117,9 +120,10 @@ class Acceptor:
             task.add_done_callback(self._connecting.discard)
         self.capped += 1
         log.warning(
-            "%d client connections are open, the cap (%s): new connections wait until one "
-            "closes", self.open, self.cap_name,
-        )  # fmt: skip
+            "%d client connections are open, the cap (%s): new connections wait until one closes",
+            self.open,
+            self.cap_name,
+        )
         self._pause()
 
     async def _connect(self, conn: socket.socket) -> None:

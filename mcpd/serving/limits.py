@@ -28,7 +28,12 @@ class Throttle(logging.Filter):
     records in all (messages that embed varying text cannot get round the first rule). The next
     record that passes says how many were dropped."""
 
-    def __init__(self, interval_s: float = LOG_INTERVAL_S, per_logger: int = 10, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        interval_s: float = LOG_INTERVAL_S,
+        per_logger: int = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self.interval_s = interval_s
         self.per_logger = per_logger

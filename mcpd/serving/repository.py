@@ -10,6 +10,7 @@ says so.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -135,13 +136,10 @@ class Repository:
         source = (
             model
             if built is None
-            else model.model_copy(
-                update={
-                    "path": str(built.path),
-                    "onnxruntime": model.onnxruntime.model_copy(
-                        update={"optimized_model_path": ""}
-                    ),
-                }
+            else dataclasses.replace(
+                model,
+                path=str(built.path),
+                onnxruntime=dataclasses.replace(model.onnxruntime, optimized_model_path=""),
             )
         )
         try:

@@ -137,13 +137,21 @@ class Simulator:
         self.ambient = ambient or Ambient(profile.thermal.ambient_c)
         self.tree = BoardTree(profile, self.root)
         self.domains = tuple(
-            plant.DomainModel(f"policy{p.number}", "cpu", p.min_khz, p.max_khz, p.table_khz, p.power_max_w)
+            plant.DomainModel(
+                f"policy{p.number}", "cpu", p.min_khz, p.max_khz, p.table_khz, p.power_max_w
+            )
             for p in profile.cpus
         ) + tuple(
-            plant.DomainModel(d.name, d.load, d.table_hz[0] // 1000, d.table_hz[-1] // 1000,
-                              tuple(f // 1000 for f in d.table_hz), d.power_max_w)
+            plant.DomainModel(
+                d.name,
+                d.load,
+                d.table_hz[0] // 1000,
+                d.table_hz[-1] // 1000,
+                tuple(f // 1000 for f in d.table_hz),
+                d.power_max_w,
+            )
             for d in profile.devfreqs
-        )  # fmt: skip
+        )
         self.sim_s = 0.0
         self.state = plant.initial_state(self.domains, self._thermal())
         self.caps_khz = tuple(d.max_khz for d in self.domains)

@@ -10,16 +10,18 @@ command, and nothing outside the allow-list reaches the daemon.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcpd.config import ProfileName
+from mcpd.schema import Invalid, build
 from mcpd.telemetry.connection import publish_properties
 from mcpd.telemetry.encoder import dumps
 
@@ -29,16 +31,18 @@ Runner = Callable[[str, dict[str, Any]], dict[str, Any]]
 MAX_PAYLOAD = 4096
 
 
-class NoArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class NoArgs:
+    pass
 
 
-class ProfileArgs(NoArgs):
+@dataclass(frozen=True)
+class ProfileArgs:
     name: ProfileName
     """A governor profile the daemon knows; it answers with an error for any other."""
 
 
-COMMANDS: dict[str, type[NoArgs]] = {  # the one allow-list; the daemon runs these and no other
+COMMANDS: dict[str, type] = {  # the one allow-list; the daemon runs these and no other
     "pause": NoArgs,  # hold the caps where they are
     "resume": NoArgs,
     "profile": ProfileArgs,
@@ -77,13 +81,9 @@ def _request(payload: bytes) -> tuple[str | int | None, dict[str, Any]]:
 
 def _validated(name: str, args: dict[str, Any]) -> dict[str, Any]:
     try:
-        return COMMANDS[name].model_validate(args).model_dump()
-    except ValidationError as exc:
-        problems = [
-            f"args.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-            for error in exc.errors()
-        ]
-        raise Rejected("; ".join(problems)) from None
+        return dataclasses.asdict(build(COMMANDS[name], args))
+    except Invalid as exc:
+        raise Rejected("; ".join(f"args.{problem}" for problem in exc.problems)) from None
 
 
 def answer(name: str, payload: bytes, run: Runner, retained: bool = False) -> bytes:

@@ -214,8 +214,10 @@ def load(path: Path, apply: Callable[[int, bytes], None]) -> bool:
         log.warning(
             "telemetry spool %s is damaged (%s); kept every message that checked out and set the "
             "file aside as %s",
-            path, damage, aside.name,
-        )  # fmt: skip
+            path,
+            damage,
+            aside.name,
+        )
         os.replace(path, aside)
     return True
 

@@ -217,8 +217,11 @@ class Link:
         self._last_warning = ("", -WARN_EVERY_S)
         log.info(
             "connected to MQTT broker %s as %s (MQTT %s); %d messages to deliver",
-            self.address, connection.client_id(self.topics), self.mqtt.protocol, self._spooled,
-        )  # fmt: skip
+            self.address,
+            connection.client_id(self.topics),
+            self.mqtt.protocol,
+            self._spooled,
+        )
         self.facts.append(Connected())
 
     def _on_disconnect(
@@ -230,8 +233,9 @@ class Link:
         if was == "connected":
             log.warning(
                 "lost the connection to MQTT broker %s (%s); spooling until it is back",
-                self.address, reason,
-            )  # fmt: skip
+                self.address,
+                reason,
+            )
             self.facts.append(Lost())
             self._retry_later()
         else:

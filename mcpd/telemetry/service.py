@@ -8,6 +8,7 @@ publisher and starts a new one for anything that needs a new connection.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -78,8 +79,11 @@ class TelemetryService:
         self._publisher = publisher
         log.info(
             "MQTT telemetry to %s:%d every %d ms on %s/…",
-            mqtt.host, mqtt.port, mqtt.telemetry_ms, publisher.topics.base,
-        )  # fmt: skip
+            mqtt.host,
+            mqtt.port,
+            mqtt.telemetry_ms,
+            publisher.topics.base,
+        )
 
     async def stop(self) -> None:
         publisher, self._publisher = self._publisher, None
@@ -101,4 +105,5 @@ class TelemetryService:
 
 
 def _changed(old: MqttSection, new: MqttSection) -> set[str]:
-    return {key for key in MqttSection.model_fields if getattr(old, key) != getattr(new, key)}
+    keys = (f.name for f in dataclasses.fields(MqttSection))
+    return {key for key in keys if getattr(old, key) != getattr(new, key)}

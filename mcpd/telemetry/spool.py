@@ -93,8 +93,9 @@ class Spool:
         except OSError as exc:
             log.error(
                 "telemetry spool %s unusable (%s): spooling in memory only until restart",
-                path, frames.describe(exc),
-            )  # fmt: skip
+                path,
+                frames.describe(exc),
+            )
             existed = True  # what was there is unknown
         spool.dropped, spool._evicted = len(spool._evicted), None
         spool._done.clear()  # the rewrite below leaves out whatever replay removed
@@ -146,8 +147,9 @@ class Spool:
         else:
             log.warning(
                 "telemetry seq: %s; continuing at %d so that no number is used twice",
-                doubt or "no sequence file beside the spool", self._seq,
-            )  # fmt: skip
+                doubt or "no sequence file beside the spool",
+                self._seq,
+            )
         self._reserve()
 
     def __len__(self) -> int:
@@ -230,8 +232,11 @@ class Spool:
             if (
                 len(message.payload) > frames.MAX_BODY - 9
             ):  # with its id and kind: no frame holds it
-                log.error("telemetry spool: a %s of %d bytes waits in memory only",
-                          message.kind, len(message.payload))  # fmt: skip
+                log.error(
+                    "telemetry spool: a %s of %d bytes waits in memory only",
+                    message.kind,
+                    len(message.payload),
+                )
                 continue
             self._append(add_frame(message))
             self._journaled.add(ident)
@@ -294,7 +299,8 @@ class Spool:
         assert self._journal is not None
         log.error(
             "telemetry spool %s: cannot write (%s); spooling in memory only until restart",
-            self._journal.path, exc.strerror or exc,
-        )  # fmt: skip
+            self._journal.path,
+            exc.strerror or exc,
+        )
         self._journal.close()
         self._journal = None
