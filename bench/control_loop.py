@@ -38,11 +38,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcpd import board, domains
-from mcpd.baseline import Baseline
 from mcpd.events import EventBus
-from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
-from mcpd.loop_settings import LoopSettings
+from mcpd.governor import board, domains
+from mcpd.governor.baseline import Baseline
+from mcpd.governor.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
+from mcpd.governor.loop_settings import LoopSettings
 from mcpd.serving.worker import lower_priority
 from mcpd.sim import MEMORY_DIR, PROFILES, STATE_FILE
 

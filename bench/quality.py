@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from governors import DomainSteps, GovernorParams, allowed_mhz, uniform_levels
-from mcpd import board, domains
-from mcpd.actuation import domain_range
-from mcpd.domains import FrequencyDomain
 from mcpd.events import EventBus
-from mcpd.loop import ControlLoop
-from mcpd.loop_settings import LoopSettings
+from mcpd.governor import board, domains
+from mcpd.governor.actuation import domain_range
+from mcpd.governor.domains import FrequencyDomain
+from mcpd.governor.loop import ControlLoop
+from mcpd.governor.loop_settings import LoopSettings
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
 

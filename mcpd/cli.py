@@ -14,8 +14,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mcpd import __version__, config, domains, logs, optimize, realtime
-from mcpd.baseline import Baseline, baseline_folders
+from mcpd import __version__, config, logs, optimize
+from mcpd.governor import domains, realtime
+from mcpd.governor.baseline import Baseline, baseline_folders
 
 log = logging.getLogger("mcpd")
 
@@ -48,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from mcpd.daemon import Daemon
+    from mcpd.governor.daemon import Daemon
     from mcpd.listen import SocketError
     from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
@@ -89,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.log_level is None:
             logging.getLogger().setLevel(first.daemon.log_level.upper())
         live = (lambda text: print(text, flush=True)) if args.live else None
-        # Before the daemon's first thread, which inherits it (mcpd.realtime says why).
+        # Before the daemon's first thread, which inherits it (mcpd.governor.realtime says why).
         scheduling = realtime.enter()
         daemon = Daemon(
             load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
@@ -121,7 +122,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    from mcpd import reloading
+    from mcpd.governor import reloading
 
     pid = args.pid or os.environ.get("MAINPID", "")
     if not pid.isdigit() or int(pid) <= 0:
@@ -143,7 +144,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from mcpd.probe import format_table, probe
+    from mcpd.governor.probe import format_table, probe
 
     cfg = _load_config(args.config)
     root = args.sysfs_root or cfg.daemon.sysfs_root

@@ -17,7 +17,7 @@ from typing import TypedDict
 
 from mcpd import __version__
 from mcpd.percentiles import DurationSummary
-from mcpd.state import ModelStats, Snapshot
+from mcpd.snapshot import ModelStats, Snapshot
 from sensors.sysfs import read_text
 
 
@@ -117,7 +117,7 @@ class DaemonStats:
 
     def __init__(self, scheduling: str = "normal") -> None:
         self.scheduling = scheduling
-        """How the governor is scheduled (mcpd.realtime)."""
+        """How the governor is scheduled (mcpd.governor.realtime)."""
         self._started = time.monotonic()
         self._at, self._cpu_s = self._started, _cpu_s()
 

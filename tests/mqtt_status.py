@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from mcpd import status
-from mcpd.state import DomainStatus, LastAction, ModelStats, Snapshot
+from mcpd.snapshot import DomainStatus, LastAction, ModelStats, Snapshot
 
 DOMAINS = (("policy0", "cpufreq", 1510.4), ("17000000.gpu", "devfreq", 624.75))
 

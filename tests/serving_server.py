@@ -15,11 +15,13 @@ from mcpd.client import Client
 from mcpd.config import Config, ModelSection, parse
 from mcpd.events import Event, EventBus
 from mcpd.serving.service import InferenceService
+from mcpd.status import StatusDocument
 
 T = TypeVar("T")
 
 
-def status_document() -> dict[str, Any]:
+def status_document() -> StatusDocument:
+    """A whole status document (mcpd.status's contract), as the governor publishes it."""
     return {
         "ts": 1.0,
         "platform": "jetson-orin",
@@ -39,10 +41,26 @@ def status_document() -> dict[str, Any]:
                 "max_mhz": 1510.4,
             },
         },
-        "governor": {"state": "holding", "last_action": None},
+        "thermal": {"headroom": 0.65},
+        "governor": {
+            "state": "holding",
+            "policy": "hysteresis",
+            "profile": "default",
+            "external_cap_changes": 0,
+            "last_action": None,
+        },
         "batch": {"m": 4},
         "inference": {},
-        "daemon": {"cpu_percent": 1.0, "rss_mb": 50.0, "uptime_s": 3.0, "version": "0.1.0"},
+        "daemon": {
+            "pid": 4241,
+            "cpu_percent": 1.0,
+            "rss_mb": 50.0,
+            "uptime_s": 3.0,
+            "version": "0.1.0",
+            "scheduling": "normal",
+        },
+        "serving": {"pid": 4242, "state": "ready", "restarts": 0, "last_exit": None},
+        "loop": {"sample_lateness": None, "sample_to_write": None},
     }
 
 
@@ -71,7 +89,7 @@ class Served:
         self,
         cfg: Config,
         batch_size: Callable[[str], int] = lambda name: 8,
-        status: Callable[[], dict[str, Any]] = status_document,
+        status: Callable[[], StatusDocument | None] = status_document,
     ) -> None:
         self.socket = cfg.daemon.socket
         self.events: list[Event] = []
@@ -86,7 +104,7 @@ class Served:
     @staticmethod
     async def _make(
         cfg: Config,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument | None],
         batch_size: Callable[[str], int],
         bus: EventBus,
     ) -> InferenceService:

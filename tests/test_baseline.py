@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import domains
-from mcpd.baseline import Baseline
+from mcpd.governor import domains
+from mcpd.governor.baseline import Baseline
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ
 from tests.fakesys import FakeSysfs
 

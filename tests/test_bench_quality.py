@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import domains
+from mcpd.governor import domains
 from mcpd.sim import PROFILES, Simulator
 from tests.conftest import PROJECT
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpd import board
+from mcpd.governor import board
 from tests.fakesys import FakeSysfs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpd import board, domains
+from mcpd.governor import board, domains
 from sensors import SensorSet
 from tests.boards import BOARDS
 from tests.fakesys import FakeSysfs

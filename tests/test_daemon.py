@@ -208,7 +208,7 @@ def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_p
     config.write_text(f'[daemon]\nruntime_dir = "{tmp_path / "run"}"\n')
     script = (
         "import sys\n"
-        "from mcpd import loop\n"
+        "from mcpd.governor import loop\n"
         "def run(self, stop):\n"
         "    self.ready.set()\n"
         "    raise SystemExit  # a BaseException gets past the tick's own handler\n"
@@ -225,8 +225,8 @@ def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_p
 
 def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
     from mcpd import config
-    from mcpd.daemon import Daemon
     from mcpd.events import Event
+    from mcpd.governor.daemon import Daemon
     from mcpd.sim import PROFILES, Simulator
 
     sim = Simulator(PROFILES["rk3588"], tmp_path / "board")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcpd import domains
+from mcpd.governor import domains
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ
 from tests.fakesys import FakeSysfs
 

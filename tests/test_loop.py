@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 
 from governors import GovernorParams
-from mcpd import board, snapshots
-from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
 from mcpd.events import Event, EventBus
-from mcpd.loop import ControlLoop
-from mcpd.loop_settings import LoopSettings
-from mcpd.notify import Notifier
+from mcpd.governor import board
+from mcpd.governor import snapshot_builder as snapshots
+from mcpd.governor.baseline import Baseline
+from mcpd.governor.loop import ControlLoop
+from mcpd.governor.loop_settings import LoopSettings
+from mcpd.governor.notify import Notifier
+from mcpd.governor.timing import next_deadline
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
-from mcpd.state import Snapshot
-from mcpd.timing import next_deadline
+from mcpd.snapshot import Snapshot
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
 from tests.fakesys import FakeSysfs
 
@@ -590,7 +591,7 @@ def test_a_board_with_nothing_to_govern_says_so_loudly(
 ) -> None:
     fake.file("proc/sys/kernel/random/boot_id", "0b3a9c2e-0000-4000-8000-000000000000\n")
     fake.zone(0, "soc-thermal", 60000)  # a sensor, but no cpufreq policy and no devfreq
-    with caplog.at_level(logging.WARNING, "mcpd.loop"):
+    with caplog.at_level(logging.WARNING, "mcpd.governor.loop"):
         loop, clock, events = make_loop(fake.root)
         run_for(loop, clock, 1.0)
     assert loop.snapshot.state == "ungoverned"

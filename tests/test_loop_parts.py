@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from governors import Action, GovernorParams, HysteresisGovernor, Readings, Verdict
-from mcpd import board, reports
-from mcpd.actuation import CapChange
-from mcpd.baseline import Baseline
-from mcpd.decisions import BatchSizes
 from mcpd.events import Event, EventBus
-from mcpd.freshness import Freshness
-from mcpd.loop import ControlLoop
-from mcpd.loop_settings import LoopSettings
-from mcpd.rediscovery import Governability, RediscoveryTrigger
+from mcpd.governor import board, reports
+from mcpd.governor.actuation import CapChange
+from mcpd.governor.baseline import Baseline
+from mcpd.governor.decisions import BatchSizes
+from mcpd.governor.freshness import Freshness
+from mcpd.governor.loop import ControlLoop
+from mcpd.governor.loop_settings import LoopSettings
+from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
 from tests.fakesys import FakeSysfs
 from tests.test_loop import POLICY4, board_with_meter, cap
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcpd.governor.timing import LoopTiming
 from mcpd.percentiles import Durations
-from mcpd.timing import LoopTiming
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=30.0), min_size=1, max_size=2000))

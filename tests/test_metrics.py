@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mcpd.serving.metrics import GOVERNOR_STATES, Exposition
 from mcpd.serving.statistics import Recorder, Timing
-from mcpd.state import ModelStats, Statistics
+from mcpd.snapshot import ModelStats, Statistics
 from tests.serving_server import status_document
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mcpd import config as config_module
+from mcpd.governor.standin import StandIn
 from mcpd.listen import SocketError, bind_tcp, bind_tcp_listeners, tcp_address
 from mcpd.serving.service import METRICS_CONNECTIONS
-from mcpd.standin import StandIn
 from tests.mqtt_broker import free_port
 from tests.serving_server import Served, config
 

@@ -11,9 +11,9 @@ import pytest
 
 from mcpd import config, status
 from mcpd.events import Event
-from mcpd.state import ModelStats
+from mcpd.snapshot import ModelStats
 from mcpd.status import StatusDocument
-from mcpd.telemetry import discovery, encoder
+from mcpd.telemetry import encoder, homeassistant
 from mcpd.telemetry.topics import Topics, device_id
 from tests.mqtt_status import FakeBoard
 
@@ -146,7 +146,7 @@ def render(template: str, value_json: Any) -> Any:
 def test_discovery_configs_read_real_telemetry_and_follow_home_assistant_rules() -> None:
     status = FakeBoard(base_c=70.0)()
     topics = Topics("mcpd", "b1")
-    configs = discovery.configs(status, topics, "homeassistant", 1.0)
+    configs = homeassistant.configs(status, topics, "homeassistant", 1.0)
     message = telemetry(status)
     values = {}
     for topic, payload in configs.items():
@@ -176,13 +176,13 @@ def test_discovery_configs_read_real_telemetry_and_follow_home_assistant_rules()
 
 def test_a_board_without_a_power_meter_gets_no_power_sensor() -> None:
     unmetered = document(power_w=None, powers={}, domains={})
-    configs = discovery.configs(unmetered, Topics("mcpd", "rk"), "homeassistant", 1.0)
+    configs = homeassistant.configs(unmetered, Topics("mcpd", "rk"), "homeassistant", 1.0)
     assert not any("power" in topic for topic in configs)
 
 
 @pytest.mark.parametrize("period_s", [0.2, 1.0, 30.0])
 def test_sensors_expire_after_three_missed_periods(period_s: float) -> None:
-    configs = discovery.configs(FakeBoard()(), Topics("mcpd", "b"), "homeassistant", period_s)
+    configs = homeassistant.configs(FakeBoard()(), Topics("mcpd", "b"), "homeassistant", period_s)
     expiry = {json.loads(p)["expire_after"] for p in configs.values()}
     assert expiry == {max(10, round(3 * period_s))}
 

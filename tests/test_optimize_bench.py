@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcpd.cli import main
-from mcpd.domains import FrequencyDomain, discover
+from mcpd.governor.domains import FrequencyDomain, discover
+from mcpd.governor.probe import probe
 from mcpd.optimize.interface import OptimizeError
 from mcpd.optimize.onboard import caps_held
 from mcpd.optimize.pareto import Point, frontier
-from mcpd.probe import probe
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from sensors import SensorSet
 from tests import optimize_models as models

@@ -21,7 +21,7 @@ from mcpd.ctl import main as ctl_main
 from mcpd.events import Event
 from mcpd.optimize.background import Optimizer, cache_key
 from mcpd.schema import build
-from mcpd.state import Snapshot
+from mcpd.snapshot import Snapshot
 from tests import optimize_models as models
 from tests.serving_server import Served, config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd.probe import probe
+from mcpd.governor.probe import probe
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from tests.conftest import PROJECT
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import board, domains
+from mcpd.governor import board, domains
 from sensors import SensorSet
 from sensors.hwmon import is_zone_mirror
 from sensors.thermal import is_soc_zone

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import reloading
+from mcpd.governor import reloading
 from tests.conftest import PROJECT
 from tests.test_config import HOSTILE
 from tests.test_daemon import POLICY4, RunningDaemon

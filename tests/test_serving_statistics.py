@@ -11,7 +11,7 @@ import pytest
 
 from mcpd.client import Client, ServerError
 from mcpd.serving.statistics import Recorder, Timing
-from mcpd.state import LATENCY_BUCKETS_S, BatchStats, Duration, Histogram
+from mcpd.snapshot import LATENCY_BUCKETS_S, BatchStats, Duration, Histogram
 from tests.serving_models import scale
 from tests.serving_server import Served, config
 from tests.test_serving_worker import load, rows, submit, worker

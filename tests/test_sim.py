@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import domains
+from mcpd.governor import domains
 from mcpd.sim import PROFILES, STATE_FILE, Ambient, Fault, LoadSchedule, Simulator, plant
 from mcpd.sim.faults import parse as parse_fault
 from mcpd.sim.runner import ConversionWindow

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from mcpd import status
+from mcpd.governor.timing import LoopTiming
 from mcpd.ipc import STATUS_BYTES, SharedBlock
-from mcpd.timing import LoopTiming
+from mcpd.serving import metrics
+from mcpd.snapshot import ModelStats
 from tests.mqtt_status import FakeBoard
-from tests.serving_server import Served, config
+from tests.serving_server import Served, config, status_document
 
 
 def mismatches(value: Any, hint: Any, where: str = "document") -> list[str]:
@@ -88,3 +90,14 @@ def test_status_before_the_governors_first_document_is_a_clear_503(tmp_path: Pat
         served.close()
     assert reply.status == 503
     assert "has not published its status yet" in json.loads(reply.body)["error"]
+
+
+def test_the_serving_tests_document_is_a_whole_one() -> None:
+    assert mismatches(status_document(), status.StatusDocument) == []
+
+
+def test_metrics_before_the_governors_first_document_are_the_models_only() -> None:
+    lines = metrics.render(None, {"m": ModelStats(True, 3)}).splitlines()
+    assert 'mcpd_inference_requests_total{model="m"} 3.0' in lines
+    assert not [line for line in lines if line.startswith("mcpd_temperature")]
+    assert "mcpd_temperature_celsius 61.5" in metrics.render(status_document(), {}).splitlines()

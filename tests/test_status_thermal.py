@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mcpd import status
+from mcpd.governor.thermal_forecast import headroom
 from mcpd.serving import metrics
-from mcpd.state import Snapshot
-from mcpd.thermal_forecast import headroom
+from mcpd.snapshot import Snapshot
 
 
 def snapshot(**fields: object) -> Snapshot:
@@ -34,6 +34,20 @@ def snapshot(**fields: object) -> Snapshot:
     return Snapshot(**{**base, **fields})  # type: ignore[arg-type]
 
 
+OTHER_PARTS: tuple[status.DaemonDoc, status.LoopDoc, status.ServingDoc] = (
+    {
+        "pid": 1,
+        "cpu_percent": 0.5,
+        "rss_mb": 30.0,
+        "uptime_s": 1.0,
+        "version": "0",
+        "scheduling": "normal",
+    },
+    {"sample_lateness": None, "sample_to_write": None},
+    {"pid": None, "state": "starting", "restarts": 0, "last_exit": None},
+)
+
+
 def test_headroom_is_androids_normalization() -> None:
     assert headroom(85.0, 85.0) == 1.0
     assert headroom(55.0, 85.0) == 0.0
@@ -44,7 +58,7 @@ def test_headroom_is_androids_normalization() -> None:
 
 def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> None:
     document = status.document(
-        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, {}, {}, {}
+        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, *OTHER_PARTS
     )
     assert document["thermal"] == {"headroom": 0.8}
     governor = document["governor"]
@@ -52,7 +66,7 @@ def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> No
     lines = metrics.Exposition(lambda: document, dict).render("")[0].decode().splitlines()
     assert "mcpd_thermal_headroom_ratio 0.8" in lines
     assert "mcpd_governor_external_cap_changes_total 2.0" in lines
-    unknown = status.document(snapshot(temperature_c=None), {}, {}, {}, {})
+    unknown = status.document(snapshot(temperature_c=None), {}, *OTHER_PARTS)
     assert unknown["thermal"] == {"headroom": None}
     text = metrics.Exposition(lambda: unknown, dict).render("")[0].decode()
     assert not [x for x in text.splitlines() if x.startswith("mcpd_thermal_headroom")]

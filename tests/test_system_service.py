@@ -457,7 +457,7 @@ def test_watchdog_kills_a_hung_control_loop_and_restarts_mcpd(system: System) ->
     assert "with signal SIGABRT" in journal
     assert "Failed with result 'watchdog'" in journal
     # The fault handler's stacks: the control loop thread was stuck reading a sensor.
-    assert "mcpd/loop.py" in journal
+    assert "mcpd/governor/loop.py" in journal
     assert "sensors/sysfs.py" in journal
 
 

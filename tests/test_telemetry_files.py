@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd.telemetry.connection import ConnectError, _password
+from mcpd.telemetry.mqtt_client import ConnectError, _password
 from mcpd.telemetry.topics import device_id
 from tests.test_sensor_files import within
 

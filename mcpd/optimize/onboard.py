@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcpd import domains
+from mcpd.governor import domains
 from mcpd.optimize.interface import OptimizeError
 from sensors import SensorSet
 

@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from mcpd.state import LATENCY_BUCKETS_S, Histogram, ModelStats
+from mcpd.snapshot import LATENCY_BUCKETS_S, Histogram, ModelStats
 
 PREFIX = "mcpd_"
 GOVERNOR_STATES = (

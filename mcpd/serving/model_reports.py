@@ -12,7 +12,7 @@ from mcpd.config import ModelSection
 from mcpd.serving.backends import Backend
 from mcpd.serving.codec import VERSION
 from mcpd.serving.tensors import TensorSpec
-from mcpd.state import Duration, Statistics
+from mcpd.snapshot import Duration, Statistics
 
 NO_CACHE = {"count": 0, "ns": 0}
 """mcpd has no response cache; perf_analyzer reads cache_hit and cache_miss all the same."""

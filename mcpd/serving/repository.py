@@ -27,7 +27,7 @@ from mcpd.serving.codec import VERSION, Interface
 from mcpd.serving.errors import LoadError, RequestError
 from mcpd.serving.statistics import Recorder
 from mcpd.serving.worker import ModelWorker, lower_priority
-from mcpd.state import ModelStats
+from mcpd.snapshot import ModelStats
 
 log = logging.getLogger("mcpd.serving")
 

@@ -14,12 +14,12 @@ from mcpd.config import Config, tcp_listeners
 from mcpd.events import EventBus
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.optimize.background import Optimizer
-from mcpd.serving.app import Endpoints
 from mcpd.serving.connections import SOCKET_CAP, Acceptor, connection_cap
+from mcpd.serving.endpoints import Endpoints
 from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
 from mcpd.serving.shm import SharedMemory
-from mcpd.state import ModelStats
+from mcpd.snapshot import ModelStats
 from mcpd.status import StatusDocument
 
 log = logging.getLogger("mcpd.serving")

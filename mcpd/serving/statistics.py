@@ -1,5 +1,5 @@
 """One model's statistics recorder: Triton's statistics extension counts and the latency histograms
-(mcpd.state.Statistics says what each field counts), kept once for both the `/stats` endpoints and
+(mcpd.snapshot.Statistics says what each field counts), kept once for both the `/stats` endpoints and
 Prometheus.
 
 The model's worker thread records each batch it runs (`executed`) and hands every request in it its
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpd.state import LATENCY_BUCKETS_S, BatchStats, Duration, Histogram, Statistics
+from mcpd.snapshot import LATENCY_BUCKETS_S, BatchStats, Duration, Histogram, Statistics
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from paho.mqtt.properties import Properties
 
 from mcpd.config import ProfileName
 from mcpd.schema import Invalid, build
-from mcpd.telemetry.connection import publish_properties
 from mcpd.telemetry.encoder import dumps
+from mcpd.telemetry.mqtt_client import publish_properties
 
 log = logging.getLogger("mcpd.telemetry")
 

@@ -25,7 +25,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.reasoncodes import ReasonCode
 
 from mcpd.config import MqttSection
-from mcpd.telemetry import connection
+from mcpd.telemetry import mqtt_client
 from mcpd.telemetry.topics import Topics
 
 log = logging.getLogger("mcpd.telemetry")
@@ -143,12 +143,12 @@ class Link:
         """Say goodbye (MQTT 5: optionally asking the broker to send the Will) and let go."""
         self._generation += 1
         if self._connector is not None:
-            self._connector.join(connection.CONNECT_TIMEOUT_S + 1)
+            self._connector.join(mqtt_client.CONNECT_TIMEOUT_S + 1)
         while not self._results.empty():
             _close(self._results.get()[1])
         client, self.client, self.state = self.client, None, "idle"
         v5 = self.mqtt.protocol == "5"
-        _close(client, connection.disconnect_with_will() if with_will and v5 else None)
+        _close(client, mqtt_client.disconnect_with_will() if with_will and v5 else None)
 
     # -- attempts --------------------------------------------------------------------------------
 
@@ -156,8 +156,8 @@ class Link:
         self._generation += 1
         self._refusal = ""
         try:
-            client = connection.client(self.mqtt, self.topics)
-        except connection.ConnectError as exc:
+            client = mqtt_client.client(self.mqtt, self.topics)
+        except mqtt_client.ConnectError as exc:
             self._failed(str(exc))
             return
         client.on_connect = self._on_connect
@@ -173,8 +173,8 @@ class Link:
 
     def _connect(self, client: paho.Client, generation: int) -> None:
         try:
-            connection.connect(client, self.mqtt)
-        except connection.ConnectError as exc:
+            mqtt_client.connect(client, self.mqtt)
+        except mqtt_client.ConnectError as exc:
             self._results.put((generation, None, str(exc)))
         except Exception as exc:  # a paho surprise must not end the retries
             self._results.put((generation, None, f"unexpected error: {exc!r}"))
@@ -210,7 +210,7 @@ class Link:
         if client is not self.client:
             return
         if reason.is_failure:
-            self._refusal = f"refused the connection: {connection.refusal(reason)}"
+            self._refusal = f"refused the connection: {mqtt_client.refusal(reason)}"
             return  # paho closes the socket and calls on_disconnect
         self.state = "connected"
         self._backoff = 1.0
@@ -218,7 +218,7 @@ class Link:
         log.info(
             "connected to MQTT broker %s as %s (MQTT %s); %d messages to deliver",
             self.address,
-            connection.client_id(self.topics),
+            mqtt_client.client_id(self.topics),
             self.mqtt.protocol,
             self._spooled,
         )

@@ -27,7 +27,7 @@ import paho.mqtt.client as paho
 from mcpd.config import MqttSection
 from mcpd.events import Event
 from mcpd.status import StatusDocument
-from mcpd.telemetry import commands, connection, discovery, encoder
+from mcpd.telemetry import commands, encoder, homeassistant, mqtt_client
 from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
 from mcpd.telemetry.spool import Spool
 from mcpd.telemetry.topics import Topics
@@ -38,7 +38,7 @@ StatusSource = Callable[[], StatusDocument]
 FLUSH_S = 2.0
 """At stop, how long to keep delivering the spool; what is left stays on disk for the next run."""
 OFFLINE_ACK_S = 1.0
-STOP_S = FLUSH_S + OFFLINE_ACK_S + connection.CONNECT_TIMEOUT_S + 2.0
+STOP_S = FLUSH_S + OFFLINE_ACK_S + mqtt_client.CONNECT_TIMEOUT_S + 2.0
 _STOP = object()
 
 
@@ -71,7 +71,7 @@ class Publisher:
         """paho message id -> spooled message id."""
         self._rate = encoder.RequestRate()
         self._last_status: StatusDocument | None = None
-        self._discovered = discovery.Published()
+        self._discovered = homeassistant.Published()
         self._offline_mid: int | None = None
         self._offline_acked = False
         self._spool: Spool
@@ -187,7 +187,7 @@ class Publisher:
     def _pump(self) -> None:
         client = self._link.client
         while (
-            self._link.connected and client is not None and len(self._inflight) < connection.WINDOW
+            self._link.connected and client is not None and len(self._inflight) < mqtt_client.WINDOW
         ):
             message = self._spool.first_after(self._cursor)
             if message is None:
@@ -268,7 +268,7 @@ class Publisher:
         if self.mqtt.homeassistant_discovery:
             period_s = self.mqtt.telemetry_ms / 1000
             prefix = self.mqtt.homeassistant_prefix
-            wanted = discovery.configs(self._last_status, self.topics, prefix, period_s)
+            wanted = homeassistant.configs(self._last_status, self.topics, prefix, period_s)
         for topic, payload in self._discovered.update(wanted, force):
             self._send(topic, payload, retain=True)
 
@@ -294,8 +294,8 @@ class Publisher:
     def _properties(self) -> None:
         v5 = self.mqtt.protocol == "5"
         expiry = self.mqtt.message_expiry_s
-        self._telemetry_props = connection.publish_properties(expiry) if v5 else None
-        self._event_props = connection.publish_properties(None) if v5 else None
+        self._telemetry_props = mqtt_client.publish_properties(expiry) if v5 else None
+        self._event_props = mqtt_client.publish_properties(None) if v5 else None
 
     def _shutdown(self) -> None:
         until = self._clock() + FLUSH_S

@@ -5,7 +5,7 @@ cpufreq `policyN`: `scaling_max_freq` caps it, `cpuinfo_min/max_freq` bound it a
 all in kHz. devfreq `<device>`: `max_freq` caps it, `available_frequencies` is its table; in Hz.
 A cap is written snapped to the highest available frequency not above it (never below the governed
 range's floor, nor the lowest), and only when it differs from the current cap. Saving the original
-cap first is the owner's job (mcpd.actuation with mcpd.baseline), not the domain's.
+cap first is the owner's job (mcpd.governor.actuation with mcpd.governor.baseline), not the domain's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Literal
 from mcpd.safefs import UnsafeFileError
 from sensors.sysfs import first_line, list_dir, parse_int, read_int, read_line
 
-log = logging.getLogger("mcpd.domains")
+log = logging.getLogger("mcpd.governor.domains")
 
 DomainKind = Literal["cpufreq", "devfreq"]
 _UNITS_PER_MHZ = {"cpufreq": 1_000, "devfreq": 1_000_000}

@@ -22,7 +22,7 @@ from governors import (
     allowed_mhz,
     uniform_levels,
 )
-from mcpd.actuation import Actuators, CapChange, DomainControl
+from mcpd.governor.actuation import Actuators, CapChange, DomainControl
 
 
 class PolicyDriver:

@@ -14,7 +14,7 @@ from governors import Readings
 from mcpd.events import Event, EventBus
 from sensors.episodes import Episodes
 
-log = logging.getLogger("mcpd.loop")
+log = logging.getLogger("mcpd.governor.loop")
 
 
 class Freshness:

@@ -18,23 +18,25 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from governors import Action, Readings, Verdict
-from mcpd import competitors, domains, reports, snapshots, status
-from mcpd.actuation import Actuators, CapChange
-from mcpd.baseline import Baseline
-from mcpd.board import Board
-from mcpd.decisions import BatchSizes, PolicyDriver
+from mcpd import status
 from mcpd.events import Event, EventBus
-from mcpd.freshness import Freshness
-from mcpd.loop_settings import LoopSettings
-from mcpd.notify import Notifier
-from mcpd.readback import Readback
-from mcpd.rediscovery import Governability, RediscoveryTrigger
-from mcpd.state import LastAction, Snapshot
-from mcpd.timing import LoopTiming, next_deadline
+from mcpd.governor import competitors, domains, reports
+from mcpd.governor import snapshot_builder as snapshots
+from mcpd.governor.actuation import Actuators, CapChange
+from mcpd.governor.baseline import Baseline
+from mcpd.governor.board import Board
+from mcpd.governor.decisions import BatchSizes, PolicyDriver
+from mcpd.governor.freshness import Freshness
+from mcpd.governor.loop_settings import LoopSettings
+from mcpd.governor.notify import Notifier
+from mcpd.governor.readback import Readback
+from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
+from mcpd.governor.timing import LoopTiming, next_deadline
+from mcpd.snapshot import LastAction, Snapshot
 from sensors import PowerSample, SensorSet, TemperatureSample
 from sensors.hotplug import HotplugMonitor
 
-log = logging.getLogger("mcpd.loop")
+log = logging.getLogger("mcpd.governor.loop")
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 """For sys.setswitchinterval in the daemon: inference threads run Python between onnxruntime calls,

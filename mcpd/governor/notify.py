@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import Mapping
 
-log = logging.getLogger("mcpd.notify")
+log = logging.getLogger("mcpd.governor.notify")
 
 
 class Notifier:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpd import board, domains
+from mcpd.governor import board, domains
 from sensors import SensorSet
 
 SAMPLE_GAP_S = 0.1

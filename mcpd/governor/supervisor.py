@@ -8,11 +8,11 @@ The governor:
 - holds the listening sockets (the Unix socket and the optional TCP listeners, `[serving] http`
   and `[metrics] listen`) and hands them to each child, so no client is ever refused: while
   serving restarts, connections (and Prometheus' scrapes) wait in the backlog;
-- starts the child with normal scheduling (the governor itself may run real-time, mcpd.realtime),
+- starts the child with normal scheduling (the governor itself may run real-time, mcpd.governor.realtime),
   which then lowers its own priority further;
 - restarts it whenever it exits, for any reason: at once if it had served STABLE_S, else after a
   delay that doubles with each quick exit (BACKOFF_FIRST_S .. BACKOFF_MAX_S). Each exit is logged
-  and published as an event; while a crash loop waits, the stand-in (mcpd.standin) answers status
+  and published as an event; while a crash loop waits, the stand-in (mcpd.governor.standin) answers status
   and tells everyone else when to retry;
 - talks to it through mcpd.ipc: batch sizes and its status document in shared memory, the
   configuration, events and model statistics over a socket pair.
@@ -42,13 +42,13 @@ from collections.abc import Callable, Mapping
 
 from mcpd.config import Config, tcp_listeners
 from mcpd.events import Event, EventBus
+from mcpd.governor.standin import StandIn
 from mcpd.ipc import SLOTS, Channel, SharedBlock
 from mcpd.listen import Listener, bind_tcp_listeners, listen
-from mcpd.standin import StandIn
-from mcpd.state import ModelStats
+from mcpd.snapshot import ModelStats
 from mcpd.status import ExitDoc, ServingDoc, StatusDocument
 
-log = logging.getLogger("mcpd.supervisor")
+log = logging.getLogger("mcpd.governor.supervisor")
 
 TICK_S = 0.05
 """How often a child that is going away (or being stopped) is looked for."""

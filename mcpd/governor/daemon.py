@@ -23,14 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from mcpd import board, config, domains, reloading, status
-from mcpd.baseline import Baseline, baseline_folders
+from mcpd import config, status
 from mcpd.events import Event, EventBus
-from mcpd.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
-from mcpd.loop_settings import LoopSettings
-from mcpd.notify import Notifier
-from mcpd.state import ModelStats, Snapshot
-from mcpd.supervisor import ServingSupervisor
+from mcpd.governor import board, domains, reloading
+from mcpd.governor.baseline import Baseline, baseline_folders
+from mcpd.governor.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
+from mcpd.governor.loop_settings import LoopSettings
+from mcpd.governor.notify import Notifier
+from mcpd.governor.supervisor import ServingSupervisor
+from mcpd.snapshot import ModelStats, Snapshot
 from mcpd.telemetry import TelemetryService
 from mcpd.telemetry.commands import COMMANDS
 from sensors.hotplug import HotplugMonitor

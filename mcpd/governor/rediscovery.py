@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mcpd import reports
 from mcpd.events import Event
+from mcpd.governor import reports
 from sensors.episodes import Episodes
 from sensors.hotplug import HotplugMonitor
 

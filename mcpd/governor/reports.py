@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from governors import Readings, Verdict
-from mcpd.actuation import CapChange
 from mcpd.events import Event
+from mcpd.governor.actuation import CapChange
 
 
 def action(

@@ -1,13 +1,13 @@
 """The clocks in force, read back from the domains: the cap and current frequency of each, and caps
-another program changed behind mcpd's back (followed, not fought: mcpd.competitors)."""
+another program changed behind mcpd's back (followed, not fought: mcpd.governor.competitors)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from mcpd import competitors
-from mcpd.actuation import CapChange, DomainControl
 from mcpd.events import EventBus
+from mcpd.governor import competitors
+from mcpd.governor.actuation import CapChange, DomainControl
 
 
 class Readback:

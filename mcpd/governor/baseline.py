@@ -27,11 +27,11 @@ from typing import cast
 
 from mcpd import safefs
 from mcpd.config import DaemonSection
-from mcpd.domains import DomainWriteError, FrequencyDomain
+from mcpd.governor.domains import DomainWriteError, FrequencyDomain
 from sensors.episodes import Episodes
 from sensors.sysfs import read_line
 
-log = logging.getLogger("mcpd.baseline")
+log = logging.getLogger("mcpd.governor.baseline")
 
 FILENAME = "baseline.json"
 _FORMAT = 1

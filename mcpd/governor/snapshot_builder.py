@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mcpd.actuation import DomainControl
-from mcpd.board import Board
-from mcpd.readback import Readback
-from mcpd.state import DomainStatus, LastAction, Snapshot
-from mcpd.thermal_forecast import headroom
+from mcpd.governor.actuation import DomainControl
+from mcpd.governor.board import Board
+from mcpd.governor.readback import Readback
+from mcpd.governor.thermal_forecast import headroom
+from mcpd.snapshot import DomainStatus, LastAction, Snapshot
 from sensors import PowerSample, SensorSet, TemperatureSample
 
 

@@ -55,7 +55,7 @@ class Snapshot:
     batch: Mapping[str, int]
     """Current batch size per model, set by the governor."""
     headroom: float | None = None
-    """1.0 at the throttle threshold, 0.0 thirty degrees below (mcpd/thermal_forecast.py)."""
+    """1.0 at the throttle threshold, 0.0 thirty degrees below (mcpd/governor/thermal_forecast.py)."""
     external_cap_changes: int = 0
     """Caps found changed by another program since start (mcpd followed them)."""
     policy: str = "hysteresis"

@@ -14,13 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from governors import Action, HysteresisGovernor, Verdict
-from mcpd.baseline import Baseline
 from mcpd.config import DomainSection
-from mcpd.domains import DomainWriteError, FrequencyDomain
 from mcpd.events import Event, EventBus
+from mcpd.governor.baseline import Baseline
+from mcpd.governor.domains import DomainWriteError, FrequencyDomain
 from sensors.episodes import Episodes
 
-log = logging.getLogger("mcpd.actuation")
+log = logging.getLogger("mcpd.governor.actuation")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from governors import GovernorParams, Readings
-from mcpd.actuation import DomainControl
 from mcpd.events import Event, EventBus
+from mcpd.governor.actuation import DomainControl
 from sensors import trips
 from sensors.episodes import Episodes
 
-log = logging.getLogger("mcpd.loop")
+log = logging.getLogger("mcpd.governor.loop")
 
 
 def warn_about_kernel_trips(root: Path, threshold_c: float, events: EventBus) -> None:
