@@ -142,6 +142,7 @@ def test_openmetrics_when_asked_for_with_units() -> None:
 def test_unknown_values_are_absent_not_zero() -> None:
     document = status_document()
     document.update(temperature_c=None, power_w=None, temperatures={"cpu-thermal": None})
+    document["thermal"] = {"headroom": None}
     document["domains"]["policy0"]["cur_mhz"] = None
     families, _ = scrape(document)
     for name in ("mcpd_temperature_celsius", "mcpd_power_watts", "mcpd_sensor_temperature_celsius",
