@@ -16,8 +16,10 @@ Then, in this tree: two clients saturating the model and the serving process kil
 after a third of the run: the time until serving answers again and the governor's largest sample
 lateness over the run. Last, on an idle board (the simulator live, so values change as on a real
 board), the governor's RSS and CPU, the serving process apart: `--rounds` runs of each tree, and
-of this tree with `[metrics] listen` scraped once a second, interleaved, the median and every run.
-`--only footprint` measures only that.
+of this tree with `[metrics] listen` scraped once a second, interleaved, the median and every run;
+the CPU once with the simulator live and once with it paused (a still tree: every read a pread()
+on a kept descriptor, as on a real sysfs, where no file is ever replaced). `--only footprint`
+measures only that.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from control_loop import cpu_hog, nothing, simulated_board
-from serving import LoadGenerator, mcpd_request, process, wait_for
+from control_loop import SIM_PID, cpu_hog, nothing, simulated_board
+from serving import ROOT, LoadGenerator, mcpd_request, process, wait_for
 
 from mcpd.client import Client
 from mcpd.demo.build import resnet50
@@ -79,9 +81,11 @@ def daemon(
         f'runtime_dir = "{folder}/run"\n{extra}'
         f'[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
     )
+    # `-m` puts the working folder first on sys.path, ahead of PYTHONPATH: run in `tree` itself,
+    # or "the baseline" is this checkout again.
     env = {"PYTHONPATH": str(tree)} if tree is not None else None
     command = [PYTHON, "-m", "mcpd", "run", "--config", str(folder / "mcpd.toml")]
-    with process(command, env):
+    with process(command, env, tree or ROOT):
         wait_for(lambda: ready(sock), "mcpd")
         yield sock
 
@@ -204,13 +208,27 @@ def footprint(tree: Path | None, model: Path, seconds: float, metrics: bool) -> 
         doc = status(sock)
         governor = psutil.Process(doc["daemon"]["pid"])
         serving = psutil.Process(doc["serving"]["pid"])
+
+        def cpu_percent() -> float:
+            before = sum(governor.cpu_times()[:2])
+            time.sleep(seconds)
+            return round((sum(governor.cpu_times()[:2]) - before) / seconds * 100, 2)
+
         time.sleep(5)
-        before = sum(governor.cpu_times()[:2])
-        time.sleep(seconds)
-        cpu = (sum(governor.cpu_times()[:2]) - before) / seconds * 100
+        live = cpu_percent()
+        # The simulator paused: no file is replaced under the governor any more, so each read is
+        # a pread() on a kept descriptor, as on a real board's sysfs (whose values change in place).
+        simulator = int((board / SIM_PID).read_text())
+        os.kill(simulator, signal.SIGSTOP)
+        try:
+            time.sleep(2)
+            still = cpu_percent()
+        finally:
+            os.kill(simulator, signal.SIGCONT)
         return {
             "governor_rss_mb": round(governor.memory_info().rss / 2**20, 1),
-            "governor_cpu_percent": round(cpu, 2),
+            "governor_cpu_percent": live,
+            "governor_cpu_percent_still_tree": still,
             "serving_rss_mb": round(serving.memory_info().rss / 2**20, 1),
             "scrapes": scrapes(),
             "scheduling": doc["daemon"]["scheduling"],
@@ -260,7 +278,8 @@ def footprints(
     out: dict[str, dict[str, Any]] = {}
     for label, measured in runs.items():
         out[label] = {"rounds": len(measured), "scheduling": measured[0]["scheduling"]}
-        for key in ("governor_rss_mb", "governor_cpu_percent", "serving_rss_mb", "scrapes"):
+        keys = ("governor_rss_mb", "governor_cpu_percent", "governor_cpu_percent_still_tree")
+        for key in (*keys, "serving_rss_mb", "scrapes"):
             values = [run[key] for run in measured]
             out[label][key] = round(statistics.median(values), 2)
             out[label][f"{key}_runs"] = values

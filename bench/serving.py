@@ -231,10 +231,10 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
 
 @contextmanager
 def process(
-    command: list[str], env: dict[str, str] | None = None
+    command: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        command, cwd=ROOT, env={**os.environ, **(env or {})}, stderr=subprocess.DEVNULL
+        command, cwd=cwd, env={**os.environ, **(env or {})}, stderr=subprocess.DEVNULL
     )
     try:
         yield proc
