@@ -15,18 +15,21 @@ runs so that both see the same machine.
 Then, in this tree: two clients saturating the model and the serving process killed with SIGKILL
 after a third of the run: the time until serving answers again and the governor's largest sample
 lateness over the run. Last, on an idle board (the simulator live, so values change as on a real
-board), the governor's RSS and CPU, the serving process apart: `--rounds` runs of each tree,
-interleaved, the median and every run; the CPU once with the simulator live and once with it
-paused (a still tree: every read a pread() on a kept descriptor, as on a real sysfs, where no file
-is ever replaced). `--only footprint` measures only that.
+board), the governor's RSS and CPU, the serving process apart: `--rounds` runs of each tree, and
+of this tree with `[metrics] listen` scraped once a second, interleaved, the median and every run;
+the CPU once with the simulator live and once with it paused (a still tree: every read a pread()
+on a kept descriptor, as on a real sysfs, where no file is ever replaced). `--only footprint`
+measures only that.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -67,12 +70,16 @@ def status(sock: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def daemon(tree: Path | None, board: Path, model: Path, folder: Path) -> Iterator[Path]:
-    """`mcpd run` (of `tree`, or of this checkout) governing `board` and serving `model` as "m"."""
+def daemon(
+    tree: Path | None, board: Path, model: Path, folder: Path, extra: str = ""
+) -> Iterator[Path]:
+    """`mcpd run` (of `tree`, or of this checkout) governing `board` and serving `model` as "m";
+    `extra` is appended to its config."""
     sock = folder / "mcpd.sock"
     (folder / "mcpd.toml").write_text(
         f'[daemon]\nsysfs_root = "{board}"\nsocket = "{sock}"\nstate_dir = "{folder}/state"\n'
-        f'runtime_dir = "{folder}/run"\n[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
+        f'runtime_dir = "{folder}/run"\n{extra}'
+        f'[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 4\n'
     )
     # `-m` puts the working folder first on sys.path, ahead of PYTHONPATH: run in `tree` itself,
     # or "the baseline" is this checkout again.
@@ -189,11 +196,14 @@ def kill_under_load(model: Path, seconds: float) -> dict[str, Any]:
     return {"ready_again_s": round(back_s, 2), "loop": doc["loop"]}
 
 
-def footprint(tree: Path | None, model: Path, seconds: float) -> dict[str, Any]:
+def footprint(tree: Path | None, model: Path, seconds: float, metrics: bool) -> dict[str, Any]:
+    port = free_port()
+    extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n' if metrics else ""
     with (
         simulated_board("idle") as board,
         tempfile.TemporaryDirectory(prefix="mcpd-bench-") as folder,
-        daemon(tree, board, model, Path(folder)) as sock,
+        daemon(tree, board, model, Path(folder), extra) as sock,
+        scraping(port) if metrics else nothing() as scrapes,
     ):
         doc = status(sock)
         governor = psutil.Process(doc["daemon"]["pid"])
@@ -220,22 +230,56 @@ def footprint(tree: Path | None, model: Path, seconds: float) -> dict[str, Any]:
             "governor_cpu_percent": live,
             "governor_cpu_percent_still_tree": still,
             "serving_rss_mb": round(serving.memory_info().rss / 2**20, 1),
+            "scrapes": scrapes(),
             "scheduling": doc["daemon"]["scheduling"],
         }
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def scraping(port: int) -> Iterator[Callable[[], int]]:
+    """GET /metrics on the port once a second, as a node's Prometheus would (more often)."""
+    done, stop = [0], threading.Event()
+
+    def run() -> None:
+        while not stop.wait(1.0):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                connection.request("GET", "/metrics")
+                done[0] += connection.getresponse().status == 200
+            except OSError:
+                pass  # counted as not done
+            finally:
+                connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield lambda: done[0]
+    finally:
+        stop.set()
+        thread.join(15)
+
+
 def footprints(
-    trees: dict[str, Path | None], model: Path, seconds: float, rounds: int
+    variants: dict[str, tuple[Path | None, bool]], model: Path, seconds: float, rounds: int
 ) -> dict[str, dict[str, Any]]:
-    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    """Each variant (a tree, and whether its metrics port is on and scraped) `rounds` times,
+    interleaved: the same machine for all."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
     for _ in range(rounds):
-        for label, tree in trees.items():  # interleaved: the same machine for both
-            runs[label].append(footprint(tree, model, seconds))
+        for label, (tree, metrics) in variants.items():
+            runs[label].append(footprint(tree, model, seconds, metrics))
     out: dict[str, dict[str, Any]] = {}
     for label, measured in runs.items():
         out[label] = {"rounds": len(measured), "scheduling": measured[0]["scheduling"]}
         keys = ("governor_rss_mb", "governor_cpu_percent", "governor_cpu_percent_still_tree")
-        for key in (*keys, "serving_rss_mb"):
+        for key in (*keys, "serving_rss_mb", "scrapes"):
             values = [run[key] for run in measured]
             out[label][key] = round(statistics.median(values), 2)
             out[label][f"{key}_runs"] = values
@@ -262,7 +306,9 @@ def main() -> None:
         if args.only is None:
             report["conditions"] = conditions(trees, model, args.seconds, args.rounds)
             report["serving_killed_under_load"] = kill_under_load(model, args.seconds)
-        report["idle_footprint"] = footprints(trees, model, args.seconds, args.rounds)
+        variants = {label: (tree, False) for label, tree in trees.items()}
+        variants["this tree, [metrics] listen scraped 1/s"] = (None, True)
+        report["idle_footprint"] = footprints(variants, model, args.seconds, args.rounds)
     print(json.dumps(report, indent=1))
 
 

@@ -66,6 +66,24 @@ class DaemonSection:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+def _loopback_unless_allowed(
+    key: str, text: str, allowed: bool, allow_key: str, exposed: str
+) -> None:
+    """A TCP listener's HOST:PORT, refused off loopback unless `allow_key` says so: there is no
+    authentication, so every host that can reach it could do what `exposed` says."""
+    if not text:
+        return
+    try:
+        address = tcp_address(text)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+    if not address.loopback and not allowed:
+        raise ValueError(
+            f"{key} = {text!r} is not a loopback address: every host that can reach it could "
+            f"{exposed}; use 127.0.0.1 or [::1], or set {allow_key} = true"
+        )
+
+
 @dataclass(frozen=True)
 class ServingSection:
     # A TCP listener for clients that cannot use a Unix socket (perf_analyzer): off by default,
@@ -74,17 +92,22 @@ class ServingSection:
     allow_remote_http: bool = False
 
     def __post_init__(self) -> None:
-        if not self.http:
-            return
-        try:
-            address = tcp_address(self.http)
-        except ValueError as exc:
-            raise ValueError(f"http: {exc}") from None
-        if not address.loopback and not self.allow_remote_http:
-            raise ValueError(
-                f"http = {self.http!r} is not a loopback address: every host that can reach it "
-                "could run the models; use 127.0.0.1 or [::1], or set allow_remote_http = true"
-            )
+        _loopback_unless_allowed(
+            "http", self.http, self.allow_remote_http, "allow_remote_http", "run the models"
+        )
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    # A TCP port that serves only /metrics, for the node's Prometheus: off by default, and on a
+    # loopback address unless remote scrapers are allowed in so many words.
+    listen: str = ""
+    allow_remote: bool = False
+
+    def __post_init__(self) -> None:
+        _loopback_unless_allowed(
+            "listen", self.listen, self.allow_remote, "allow_remote", "read the board's metrics"
+        )
 
 
 @dataclass(frozen=True)
@@ -307,12 +330,23 @@ class Config:
     models: tuple[ModelSection, ...] = ()
     mqtt: MqttSection = MqttSection()
     serving: ServingSection = ServingSection()
+    metrics: MetricsSection = MetricsSection()
 
     def __post_init__(self) -> None:
         names = [model.name for model in self.models]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
+
+
+def tcp_listeners(config: Config) -> dict[str, tuple[str, str]]:
+    """The TCP listeners the configuration asks for: role -> (HOST:PORT, the key that sets it).
+    `http` serves the whole protocol, `metrics` only /metrics."""
+    wanted = {
+        "http": (config.serving.http, "[serving] http"),
+        "metrics": (config.metrics.listen, "[metrics] listen"),
+    }
+    return {role: setting for role, setting in wanted.items() if setting[0]}
 
 
 def _too_deep(data: dict[str, Any]) -> str | None:

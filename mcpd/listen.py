@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger("mcpd.listen")
@@ -171,3 +172,17 @@ def bind_tcp(address: TcpAddress, key: str) -> socket.socket:
         raise SocketError(f"cannot listen on {address} ({key}): {exc.strerror}") from None
     sock.setblocking(False)
     return sock
+
+
+def bind_tcp_listeners(wanted: Mapping[str, tuple[str, str]]) -> dict[str, socket.socket]:
+    """A listening socket per role, from its (HOST:PORT, the key that sets it); if one cannot be
+    bound, those bound before it are closed again."""
+    bound: dict[str, socket.socket] = {}
+    try:
+        for role, (text, key) in wanted.items():
+            bound[role] = bind_tcp(tcp_address(text), key)
+    except BaseException:
+        for sock in bound.values():
+            sock.close()
+        raise
+    return bound

@@ -66,13 +66,20 @@ def status_document() -> StatusDocument:
 
 
 def config(
-    tmp_path: Path, models: list[dict[str, Any]], *, http: str = "", **daemon: Any
+    tmp_path: Path,
+    models: list[dict[str, Any]],
+    *,
+    http: str = "",
+    metrics: str = "",
+    **daemon: Any,
 ) -> Config:
-    """A config serving `models` on a socket in tmp_path (and on TCP at `http`, if given)."""
+    """A config serving `models` on a socket in tmp_path (and on TCP at `http`, and /metrics at
+    `metrics`, if given)."""
     return parse(
         {
             "daemon": {"socket": str(tmp_path / "mcpd.sock"), **daemon},
             "serving": {"http": http},
+            "metrics": {"listen": metrics},
             "models": models,
         }
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mcpd.client import Client, ServerError
 from mcpd.config import ModelSection
@@ -235,14 +236,23 @@ def test_status_and_metrics(served: Served) -> None:
         assert client.status()["governor"]["state"] == "holding"
         text = client.metrics()
         reply = client.request("GET", "/metrics")
+        openmetrics = client.request(
+            "GET", "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+        )
     assert reply.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-    lines = text.splitlines()
-    assert "mcpd_temperature_celsius 61.5" in lines
-    assert 'mcpd_domain_cap_mhz{domain="policy0",kind="cpufreq"} 1510.4' in lines
-    assert 'mcpd_governor_state{state="holding"} 1.0' in lines
-    assert 'mcpd_inference_requests_total{model="m"} 1.0' in lines
-    assert 'mcpd_model_ready{model="broken"} 0.0' in lines
-    assert "# TYPE mcpd_inference_requests_total counter" in lines
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["mcpd_temperature_celsius"].samples[0].value == 61.5
+    requests = families["mcpd_inference_requests"]
+    assert requests.type == "counter"
+    assert {s.labels["model"]: s.value for s in requests.samples} == {
+        "m": 1,
+        "mixed": 0,
+        "broken": 0,
+    }
+    ready = {s.labels["model"]: s.value for s in families["mcpd_model_ready"].samples}
+    assert ready["broken"] == 0 and ready["m"] == 1
+    assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert openmetrics.body.endswith(b"# EOF\n")
 
 
 def test_reload_adds_removes_and_replaces_while_others_serve(

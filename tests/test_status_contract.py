@@ -97,7 +97,9 @@ def test_the_serving_tests_document_is_a_whole_one() -> None:
 
 
 def test_metrics_before_the_governors_first_document_are_the_models_only() -> None:
-    lines = metrics.render(None, {"m": ModelStats(True, 3)}).splitlines()
+    before = metrics.Exposition(lambda: None, lambda: {"m": ModelStats(True, 3)})
+    lines = before.render("")[0].decode().splitlines()
     assert 'mcpd_inference_requests_total{model="m"} 3.0' in lines
     assert not [line for line in lines if line.startswith("mcpd_temperature")]
-    assert "mcpd_temperature_celsius 61.5" in metrics.render(status_document(), {}).splitlines()
+    after = metrics.Exposition(status_document, dict).render("")[0].decode()
+    assert "mcpd_temperature_celsius 61.5" in after.splitlines()

@@ -63,14 +63,15 @@ def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> No
     assert document["thermal"] == {"headroom": 0.8, "seconds_to_throttle": None}
     governor = document["governor"]
     assert (governor["policy"], governor["external_cap_changes"]) == ("adaptive", 2)
-    lines = metrics.render(document, {}).splitlines()
-    assert "mcpd_thermal_headroom 0.8" in lines
-    assert "mcpd_external_cap_changes_total 2.0" in lines
+    lines = metrics.Exposition(lambda: document, dict).render("")[0].decode().splitlines()
+    assert "mcpd_thermal_headroom_ratio 0.8" in lines
+    assert "mcpd_governor_external_cap_changes_total 2.0" in lines
     unknown = status.document(snapshot(temperature_c=None), {}, *OTHER_PARTS)
     assert unknown["thermal"] == {"headroom": None, "seconds_to_throttle": None}
     heading = status.document(snapshot(seconds_to_throttle=12.345), {}, *OTHER_PARTS)
     assert heading["thermal"]["seconds_to_throttle"] == 12.3
-    assert not [x for x in metrics.render(unknown, {}).splitlines() if "headroom" in x]
+    text = metrics.Exposition(lambda: unknown, dict).render("")[0].decode()
+    assert not [x for x in text.splitlines() if x.startswith("mcpd_thermal_headroom")]
 
 
 def test_daemon_stats_measure_this_process() -> None:

@@ -22,9 +22,19 @@ from mcpd.demo import MODEL
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
-# pydantic (18 MB) and psutil (2.7 MB) of a 40 MB budget (BENCHMARKS.md): mcpd.schema checks the
-# config, mcpd.status reads /proc itself.
-FORBIDDEN = ("numpy", "onnxruntime", "aiohttp", "rknnlite", "pydantic", "pydantic_core", "psutil")
+# pydantic (18 MB), psutil (2.7 MB) and prometheus_client (10.4 MB, docs/metrics.md) of a 40 MB
+# budget (BENCHMARKS.md): mcpd.schema checks the config, mcpd.status reads /proc itself, and the
+# serving process renders /metrics.
+FORBIDDEN = (
+    "numpy",
+    "onnxruntime",
+    "aiohttp",
+    "rknnlite",
+    "pydantic",
+    "pydantic_core",
+    "psutil",
+    "prometheus_client",
+)
 
 
 def slow_model(path: Path, layers: int = 60, size: int = 1024) -> Path:

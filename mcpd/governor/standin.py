@@ -3,7 +3,10 @@
 Only then: during an ordinary restart connections wait in the listening socket's backlog for the new
 serving process (which starts at once). But a serving process that keeps crashing is restarted with
 a growing delay, and clients must not hang meanwhile: status and liveness are answered from the
-governor's own status document, everything else with 503, a Retry-After and the reason.
+governor's own status document, everything else with 503, a Retry-After and the reason. On the
+`[metrics] listen` port, which serves only /metrics, a scrape gets that 503 too (Prometheus counts
+the scrape as failed: `up` is 0): the exposition is the serving process's, since prometheus_client
+would cost the governor a quarter of its memory (docs/metrics.md §4).
 
 Deliberately minimal, because it runs in the governor: one request per connection, its head read
 without blocking up to HEAD_BYTES, request line only, `Connection: close`; whatever follows (a body)
@@ -35,15 +38,23 @@ class StandIn:
         status: Callable[[], StatusDocument],
         reason: Callable[[], tuple[str, float]],
         clock: Callable[[], float],
+        *,
+        metrics: socket.socket | None = None,
     ) -> None:
         self.listeners = {listener.fileno(): listener for listener in listeners}
         """The Unix socket, and the `[serving] http` listener where there is one."""
+        self._metrics = None if metrics is None else metrics.fileno()
+        """The `[metrics] listen` port, where there is one."""
+        if metrics is not None:
+            self.listeners[metrics.fileno()] = metrics
         self.status = status
         self.reason = reason
         """Why serving is down, and in how many seconds it is started again."""
         self.clock = clock
         self._connections: dict[int, tuple[socket.socket, bytearray, float]] = {}
         self._answered: set[int] = set()
+        self._scrapes: set[int] = set()
+        """Connections to the metrics port."""
 
     def fds(self) -> list[int]:
         return [*self.listeners, *self._connections]
@@ -79,6 +90,8 @@ class StandIn:
                 bytearray(),
                 self.clock() + HEAD_S,
             )
+            if listener.fileno() == self._metrics:
+                self._scrapes.add(connection.fileno())
 
     def _read(self, fd: int) -> None:
         connection, head, _ = self._connections[fd]
@@ -98,7 +111,7 @@ class StandIn:
             return
         line = bytes(head).split(b"\r\n", 1)[0].split()
         method, path = (line[0], line[1]) if len(line) >= 2 else (b"", b"")
-        status, body, extra = self._answer(method, path.split(b"?", 1)[0])
+        status, body, extra = self._answer(method, path.split(b"?", 1)[0], fd in self._scrapes)
         reply = (
             f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
@@ -110,11 +123,17 @@ class StandIn:
             connection.shutdown(socket.SHUT_WR)
         self._answered.add(fd)
 
-    def _answer(self, method: bytes, path: bytes) -> tuple[str, bytes, str]:
+    def _answer(self, method: bytes, path: bytes, scrape: bool) -> tuple[str, bytes, str]:
         why, retry_s = self.reason()
-        if method == b"GET" and path == b"/v2/mcpd/status":
+        if scrape and (method, path) != (b"GET", b"/metrics"):
+            return (
+                "404 Not Found",
+                json.dumps({"error": "this port serves only GET /metrics"}).encode(),
+                "",
+            )
+        if not scrape and method == b"GET" and path == b"/v2/mcpd/status":
             return "200 OK", json.dumps(self.status()).encode(), ""
-        if method == b"GET" and path == b"/v2/health/live":
+        if not scrape and method == b"GET" and path == b"/v2/health/live":
             return "200 OK", b"", ""
         retry = f"Retry-After: {max(1, round(retry_s))}\r\n"
         message = f"serving is restarting: {why}; retry in {retry_s:.0f} s"
@@ -123,4 +142,5 @@ class StandIn:
     def _drop(self, fd: int) -> None:
         connection, _, _ = self._connections.pop(fd)
         self._answered.discard(fd)
+        self._scrapes.discard(fd)
         connection.close()

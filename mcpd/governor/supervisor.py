@@ -5,9 +5,9 @@ front, the batcher, onnxruntime, RKNN) runs in a child process: a model that seg
 shared memory that raises SIGBUS, an out-of-memory kill each end that process, never the governor.
 The governor:
 
-- holds the listening sockets (the Unix socket and the optional `[serving] http` TCP listener) and
-  hands them to each child, so no client is ever refused: while serving restarts, connections wait
-  in the backlog;
+- holds the listening sockets (the Unix socket and the optional TCP listeners, `[serving] http`
+  and `[metrics] listen`) and hands them to each child, so no client is ever refused: while
+  serving restarts, connections (and Prometheus' scrapes) wait in the backlog;
 - starts the child with normal scheduling (the governor itself may run real-time, mcpd.governor.realtime),
   which then lowers its own priority further;
 - restarts it whenever it exits, for any reason: at once if it had served STABLE_S, else after a
@@ -40,11 +40,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from mcpd.config import Config
+from mcpd.config import Config, tcp_listeners
 from mcpd.events import Event, EventBus
 from mcpd.governor.standin import StandIn
 from mcpd.ipc import SLOTS, Channel, SharedBlock
-from mcpd.listen import Listener, bind_tcp, listen, tcp_address
+from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.snapshot import ModelStats
 from mcpd.status import ExitDoc, ServingDoc, StatusDocument
 
@@ -62,9 +62,9 @@ STOP_S = 15.0
 """How long a stopping child may finish the requests it has taken before it is killed."""
 CHILD_FDS = (3, 4, 5)
 """Where the child finds the listening socket, its end of the socket pair and the shared block."""
-HTTP_FD = 6
-"""Where the child finds the `[serving] http` listener, when there is one (named on its command
-line as http=6)."""
+TCP_FDS = {"http": 6, "metrics": 7}
+"""Where the child finds the TCP listeners there are (`[serving] http`, `[metrics] listen`), each
+named on its command line as ROLE=FD."""
 _PRIVATE_ENV = (
     "NOTIFY_SOCKET",
     "WATCHDOG_USEC",
@@ -110,7 +110,8 @@ class ServingSupervisor:
         self._stats: dict[str, ModelStats] = {}
         self._slots: dict[str, int] = {}
         self._listener: Listener | None = None
-        self._http: socket.socket | None = None
+        self._tcp: dict[str, socket.socket] = {}
+        """The TCP listeners by role (mcpd.config.tcp_listeners)."""
         self._block: SharedBlock | None = None
         self._channel: Channel | None = None
         self._standin: StandIn | None = None
@@ -135,21 +136,18 @@ class ServingSupervisor:
     async def start(self) -> None:
         """Bind (or take systemd's socket) and start the first serving process."""
         self._listener = listen(self.config.daemon.socket, self.config.daemon.socket_group)
-        http = self.config.serving.http
-        if http:
-            try:
-                self._http = bind_tcp(tcp_address(http), "[serving] http")
-            except Exception:
-                self._close_listeners()
-                raise
+        try:
+            self._tcp = bind_tcp_listeners(tcp_listeners(self.config))
+        except Exception:
+            self._close_listeners()
+            raise
         self._block = SharedBlock.create()
         self._assign_slots(self.config)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         where = self._listener.path or "the socket passed by systemd"
-        if self._http is not None:
-            where += f" and {http}"
+        where += "".join(f" and {text}" for text, _ in tcp_listeners(self.config).values())
         log.info("serving the Open Inference Protocol on %s (serving process supervised)", where)
         self._thread.start()
 
@@ -173,15 +171,15 @@ class ServingSupervisor:
             if listener.path is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(listener.path)
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        for sock in self._tcp.values():
+            sock.close()
+        self._tcp = {}
 
     async def reload(self, config: Config) -> None:
         if config.daemon.max_request_bytes != self.config.daemon.max_request_bytes:
             log.warning("reload: [daemon] max_request_bytes changes only on restart")
-        if config.serving.http != self.config.serving.http:
-            log.warning("reload: [serving] http changes only on restart")
+        if tcp_listeners(config) != tcp_listeners(self.config):
+            log.warning("reload: [serving] http and [metrics] listen change only on restart")
         with self._lock:
             self._reload = config
         self._wake()
@@ -278,11 +276,11 @@ class ServingSupervisor:
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
         argv = [sys.executable, *_interpreter_flags(), "-m", "mcpd.serving"]
         argv += [*map(str, CHILD_FDS), level]
-        if self._http is not None:
-            sources.append(self._http.fileno())
-            targets.append(HTTP_FD)
-            argv.append(f"http={HTTP_FD}")
-        # Above the targets, so that no dup2 onto 3..6 overwrites a source still to be placed.
+        for role, sock in self._tcp.items():
+            sources.append(sock.fileno())
+            targets.append(TCP_FDS[role])
+            argv.append(f"{role}={TCP_FDS[role]}")
+        # Above the targets, so that no dup2 onto 3..7 overwrites a source still to be placed.
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in sources]
         env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
         try:
@@ -403,8 +401,10 @@ class ServingSupervisor:
         if delay:
             self.state = "restarting"
             assert self._listener is not None
-            listeners = [self._listener.sock] + ([self._http] if self._http is not None else [])
-            self._standin = StandIn(listeners, self._status, self._why, self.clock)
+            listeners = [self._listener.sock] + [s for r, s in self._tcp.items() if r != "metrics"]
+            self._standin = StandIn(
+                listeners, self._status, self._why, self.clock, metrics=self._tcp.get("metrics")
+            )
             message = (
                 f"serving process {pid} exited ({reason}) after {lived_s:.1f} s, "
                 f"{self._quick_exits} quick exits in a row; next start in {delay:g} s"

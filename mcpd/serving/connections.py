@@ -25,6 +25,8 @@ log = logging.getLogger("mcpd.serving.connections")
 RESERVED_DESCRIPTORS = 128 + MAX_REGIONS
 """Kept free of connections: the governor's sensor and cap files, the state and spool files, the
 MQTT and udev sockets, model files while they load; and one per shared memory region."""
+SOCKET_CAP = "[daemon] max_connections, within the descriptor limit"
+"""What sets the socket's cap, for the log line at the cap."""
 ACCEPT_RETRY_S = 1.0
 """After accept() itself fails (EMFILE, ENFILE, ENOBUFS: the system, not a client), as asyncio
 does."""
@@ -51,15 +53,18 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
 
 class Acceptor:
     """Accepts connections on the listening sockets (the Unix socket, the `[serving] http` listener)
-    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together."""
+    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together;
+    `cap_name` says in the log what sets the cap."""
 
     def __init__(
         self,
         socks: Sequence[socket.socket],
         factory: Callable[[], asyncio.BaseProtocol],
         cap: Callable[[], int],
+        cap_name: str = SOCKET_CAP,
     ) -> None:
         self.socks = tuple(socks)
+        self.cap_name = cap_name
         self.factory = factory
         self.cap = cap
         self.open = 0
@@ -115,9 +120,9 @@ class Acceptor:
             task.add_done_callback(self._connecting.discard)
         self.capped += 1
         log.warning(
-            "%d client connections are open, the cap ([daemon] max_connections, within the "
-            "descriptor limit): new connections wait until one closes",
+            "%d client connections are open, the cap (%s): new connections wait until one closes",
             self.open,
+            self.cap_name,
         )
         self._pause()
 

@@ -81,6 +81,7 @@ class Endpoints:
         self.shm = shm
         self.status = status
         self.bodies = Bodies(daemon)
+        self.exposition = metrics.Exposition(status, repository.stats)
         self.peers = Peers()
 
     def _peer_uid(self, request: web.Request) -> int | None:
@@ -123,6 +124,12 @@ class Endpoints:
                 web.get("/metrics", self.metrics),
             ]
         )
+        return app
+
+    def metrics_application(self) -> web.Application:
+        """The `[metrics] listen` port: GET /metrics and nothing else (404 names the one path)."""
+        app = web.Application(middlewares=[protocol_errors])
+        app.router.add_get("/metrics", self.metrics)
         return app
 
     # -- health and metadata ---------------------------------------------------------------------
@@ -320,6 +327,5 @@ class Endpoints:
         return reply(document)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        document = self.status()
-        text = metrics.render(document, self.repository.stats())
-        return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
+        body, content_type = self.exposition.render(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})

@@ -1,145 +1,297 @@
-"""`GET /metrics`: the status document and the per-model counters in Prometheus text format 0.0.4."""
+"""`GET /metrics`: the status document and each model's statistics for Prometheus.
+
+A custom collector (prometheus_client's way to export values kept elsewhere) turns, at each scrape,
+one status document and the models' statistics into metric families: nothing is counted twice, and
+nothing is kept for Prometheus between scrapes. Each service has a registry of its own, never the
+library's global one. Names, units and types follow Prometheus' conventions; docs/metrics.md lists
+every family and why it is named so.
+
+The document is read key by key with a default rather than through mcpd.status's TypedDicts: a
+key the governor does not send (yet: issue 15's `thermal.seconds_to_throttle`, `power_source`,
+`inference.*.joules_per_inference`) is a family without samples, never a failed scrape.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from mcpd.snapshot import ModelStats
-from mcpd.status import StatusDocument
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+from mcpd.snapshot import LATENCY_BUCKETS_S, Histogram, ModelStats
 
+PREFIX = "mcpd_"
+GOVERNOR_STATES = (
+    "starting",
+    "lowering",
+    "raising",
+    "holding",
+    "fail-safe",
+    "paused",
+    "ungoverned",
+)
+"""Every state the governor reports (README, "The governor and the control loop"): each is a series
+of mcpd_governor_state, 1 for the one in force, so a state that is not in force reads 0, not absent."""
+HERTZ_PER_MHZ = 1e6
+LATENCIES = (
+    ("request", "time from arrival to answer."),
+    ("queue", "time in the model's queue, until their batch was taken."),
+    ("compute", "batch's compute time: joining inputs, running the model, splitting outputs."),
+)
+"""The latency histograms, from the statistics recorder (mcpd.serving.statistics): buckets of
+100 µs doubling to 819.2 ms, then +Inf."""
+BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf"]
+"""Each bucket's `le` label, written as Prometheus writes floats."""
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class _Text:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(
-        self, name: str, kind: str, help: str, samples: Iterable[tuple[Mapping[str, str], Any]]
-    ) -> None:
-        rows = [(labels, value) for labels, value in samples if value is not None]
-        if not rows:
-            return
-        self.lines += [f"# HELP mcpd_{name} {help}", f"# TYPE mcpd_{name} {kind}"]
-        for labels, value in rows:
-            text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            number = float(value) if not isinstance(value, bool) else float(int(value))
-            self.lines.append(
-                f"mcpd_{name}{{{text}}} {number!r}" if text else f"mcpd_{name} {number!r}"
-            )
-
-
-def render(status: StatusDocument | None, models: Mapping[str, ModelStats]) -> str:
-    """The exposition; with no status document yet (the governor has not published its first),
-    the models' families only."""
-    out = _Text()
-    if status is not None:
-        _governor_families(out, status)
-    out.family(
-        "model_ready",
-        "gauge",
-        "1 when the model serves.",
-        [({"model": m}, s.ready) for m, s in models.items()],
-    )
-    out.family(
-        "inference_requests_total",
-        "counter",
-        "Inference requests answered.",
-        [({"model": m}, s.requests) for m, s in models.items()],
-    )
-    out.family(
-        "inference_errors_total",
-        "counter",
-        "Inference requests answered with an error.",
-        [({"model": m}, s.errors) for m, s in models.items()],
-    )
-    out.family(
-        "inference_latency_milliseconds",
-        "gauge",
-        "Request latency over the last requests, by quantile.",
-        [
-            ({"model": m, "quantile": q}, v)
-            for m, s in models.items()
-            for q, v in (("0.5", s.p50_ms), ("0.99", s.p99_ms))
-        ],
-    )
-    out.family(
-        "queue_depth",
-        "gauge",
-        "Requests waiting for a batch.",
-        [({"model": m}, s.queue_depth) for m, s in models.items()],
-    )
-    out.family(
-        "batches_total",
-        "counter",
-        "Batches run.",
-        [({"model": m}, s.detail.get("batches")) for m, s in models.items()],
-    )
-    return "\n".join(out.lines) + "\n"
+Rows = list[tuple[list[str], Any]]
 
 
-def _governor_families(out: _Text, status: StatusDocument) -> None:
-    """What the governor knows: sensors, caps, its state, the batch sizes it sets, itself."""
-    out.family(
+def _filled(family: GaugeMetricFamily | CounterMetricFamily, rows: Rows) -> Metric:
+    """`family` with a sample per row that has a number (a null in the status is no sample)."""
+    for values, value in rows:
+        if isinstance(value, (int, float)):
+            family.add_metric(values, float(value))
+    return family
+
+
+def _gauge(name: str, help: str, unit: str, labels: list[str], rows: Rows) -> Metric:
+    return _filled(GaugeMetricFamily(PREFIX + name, help, labels=labels, unit=unit), rows)
+
+
+def _counter(name: str, help: str, labels: list[str], rows: Rows) -> Metric:
+    return _filled(CounterMetricFamily(PREFIX + name, help, labels=labels), rows)
+
+
+def _hertz(mhz: object) -> int | None:
+    """Whole hertz: every frequency the kernel reports is whole kHz or Hz."""
+    return round(mhz * HERTZ_PER_MHZ) if isinstance(mhz, (int, float)) else None
+
+
+def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
+    """What the governor knows: sensors, caps, its state, the batch sizes it sets."""
+    power = document.get("power_w")
+    estimated = document.get("power_estimated") or document.get("power_source") == "estimate"
+    yield _gauge(
         "temperature_celsius",
-        "gauge",
-        "Governing temperature.",
-        [({}, status["temperature_c"])],
+        "Governing temperature (the hottest SoC/CPU sensor).",
+        "celsius",
+        [],
+        [([], document.get("temperature_c"))],
     )
-    out.family("power_watts", "gauge", "Governing power.", [({}, status["power_w"])])
-    out.family(
+    yield _gauge(
         "sensor_temperature_celsius",
-        "gauge",
         "Each temperature sensor.",
-        [({"sensor": n}, v) for n, v in status["temperatures"].items()],
+        "celsius",
+        ["sensor"],
+        [([n], v) for n, v in document.get("temperatures", {}).items()],
     )
-    out.family(
+    yield _gauge(
+        "power_watts",
+        'Governing power: the board\'s input rail, else an estimate (estimated="true": a sum of '
+        "rails or a model where the board has no meter).",
+        "watts",
+        ["estimated"],
+        [(["true" if estimated else "false"], power)],
+    )
+    yield _gauge(
         "sensor_power_watts",
-        "gauge",
         "Each power sensor.",
-        [({"sensor": n}, v) for n, v in status["powers"].items()],
+        "watts",
+        ["sensor"],
+        [([n], v) for n, v in document.get("powers", {}).items()],
     )
-    domains = status["domains"]
-    for name, help, values in (
-        ("cap_mhz", "Frequency cap in force.", {n: d["cap_mhz"] for n, d in domains.items()}),
-        ("cur_mhz", "Current frequency.", {n: d["cur_mhz"] for n, d in domains.items()}),
-        ("target_mhz", "Governor's target.", {n: d["target_mhz"] for n, d in domains.items()}),
+    domains = document.get("domains", {})
+    for key, name, help in (
+        ("cap_mhz", "cap", "Frequency cap in force (read back from sysfs)."),
+        ("cur_mhz", "frequency", "Current frequency."),
+        ("target_mhz", "target", "The governor's continuous target; the cap is it snapped."),
+        ("min_mhz", "min", "Lowest cap the governor sets."),
+        ("max_mhz", "max", "Highest cap the governor sets."),
     ):
-        out.family(
-            f"domain_{name}",
-            "gauge",
+        yield _gauge(
+            f"domain_{name}_hertz",
             help,
-            [({"domain": n, "kind": domains[n]["kind"]}, v) for n, v in values.items()],
+            "hertz",
+            ["domain", "kind"],
+            [([n, d.get("kind", "")], _hertz(d.get(key))) for n, d in domains.items()],
         )
-    out.family(
-        "thermal_headroom",
-        "gauge",
-        "1.0 at the throttle threshold, 0.0 thirty degrees below it.",
-        [({}, status["thermal"]["headroom"])],
+    thermal = document.get("thermal", {})
+    yield _gauge(
+        "thermal_headroom_ratio",
+        "1 at the throttle threshold, 0 thirty degrees below it (Android's headroom).",
+        "ratio",
+        [],
+        [([], thermal.get("headroom"))],
     )
-    out.family(
-        "external_cap_changes_total",
-        "counter",
-        "Caps found changed by another program (mcpd followed them).",
-        [({}, status["governor"]["external_cap_changes"])],
+    yield _gauge(
+        "thermal_time_to_throttle_seconds",
+        "Forecast time until the throttle threshold; absent when not heading there.",
+        "seconds",
+        [],
+        [([], thermal.get("seconds_to_throttle"))],
     )
-    out.family(
+    governor = document.get("governor", {})
+    state = governor.get("state")
+    states = () if state is None else (*GOVERNOR_STATES, *{state} - set(GOVERNOR_STATES))
+    yield _gauge(
         "governor_state",
-        "gauge",
-        "1 for the governor's current state.",
-        [({"state": status["governor"]["state"]}, 1)],
+        "1 for the governor's state in force, 0 for the others.",
+        "",
+        ["state"],
+        [([s], int(s == state)) for s in states],
     )
-    out.family(
+    if "policy" in governor:
+        info = InfoMetricFamily(PREFIX + "governor", "The governor's policy and profile.")
+        info.add_metric(
+            [], {"policy": str(governor["policy"]), "profile": str(governor.get("profile", ""))}
+        )
+        yield info
+    yield _counter(
+        "governor_external_cap_changes",
+        "Caps found changed by another program (mcpd followed them).",
+        [],
+        [([], governor.get("external_cap_changes"))],
+    )
+    yield _gauge(
         "batch_size",
-        "gauge",
-        "Batch size set by the governor.",
-        [({"model": m}, size) for m, size in status["batch"].items()],
+        "Batch size the governor sets per model.",
+        "",
+        ["model"],
+        [([m], size) for m, size in document.get("batch", {}).items()],
     )
-    daemon = status["daemon"]
-    out.family("daemon_cpu_percent", "gauge", "Daemon CPU use.", [({}, daemon["cpu_percent"])])
-    out.family("daemon_rss_megabytes", "gauge", "Daemon memory.", [({}, daemon["rss_mb"])])
+    serving = document.get("serving", {})
+    yield _counter(
+        "serving_restarts", "Restarts of the serving process.", [], [([], serving.get("restarts"))]
+    )
+    daemon = document.get("daemon", {})
+    cpu = daemon.get("cpu_percent")
+    rss = daemon.get("rss_mb")
+    yield _gauge(
+        "daemon_cpu_ratio",
+        "The governor process's CPU use, in cores.",
+        "ratio",
+        [],
+        [([], None if cpu is None else cpu / 100)],
+    )
+    yield _gauge(
+        "daemon_resident_memory_bytes",
+        "The governor process's resident memory.",
+        "bytes",
+        [],
+        [([], None if rss is None else round(rss * 2**20))],
+    )
+    if "version" in daemon:
+        build = InfoMetricFamily(PREFIX + "build", "The mcpd version.")
+        build.add_metric([], {"version": str(daemon["version"])})
+        yield build
+
+
+def model_families(
+    document: Mapping[str, Any], stats: Mapping[str, ModelStats]
+) -> Iterator[Metric]:
+    """What the serving process knows of each model."""
+    inference = document.get("inference", {})
+    yield _gauge(
+        "model_ready",
+        "1 when the model serves.",
+        "",
+        ["model"],
+        [([m], int(s.ready)) for m, s in stats.items()],
+    )
+    yield _counter(
+        "inference_requests",
+        "Inference requests answered, errors included.",
+        ["model"],
+        [([m], s.requests) for m, s in stats.items()],
+    )
+    yield _counter(
+        "inference_errors",
+        "Inference requests answered with an error.",
+        ["model"],
+        [([m], s.errors) for m, s in stats.items()],
+    )
+    counted = {m: s.statistics for m, s in stats.items() if s.statistics is not None}
+    yield _counter(
+        "inference_batches",
+        "Batches run (Triton's execution_count).",
+        ["model"],
+        [([m], c.execution_count) for m, c in counted.items()],
+    )
+    yield _counter(
+        "inference_rows",
+        "Batch rows run: a request of 8 rows counts 8 (Triton's inference_count).",
+        ["model"],
+        [([m], c.inference_count) for m, c in counted.items()],
+    )
+    yield _gauge(
+        "inference_queued_requests",
+        "Requests waiting for a batch.",
+        "",
+        ["model"],
+        [([m], s.queue_depth) for m, s in stats.items()],
+    )
+    yield _gauge(
+        "inference_energy_per_inference_joules",
+        "Board energy attributed to one inference of the model.",
+        "joules",
+        ["model"],
+        [([m], fields.get("joules_per_inference")) for m, fields in inference.items()],
+    )
+    for phase, help in LATENCIES:
+        family = HistogramMetricFamily(
+            f"{PREFIX}inference_{phase}_duration_seconds",
+            f"Successful requests' {help}",
+            labels=["model"],
+            unit="seconds",
+        )
+        for model, counts in counted.items():
+            histogram: Histogram = getattr(counts, f"{phase}_latency")
+            family.add_metric(
+                [model], list(zip(BOUNDS, histogram.buckets, strict=True)), histogram.sum_s
+            )
+        yield family
+
+
+class StatusCollector:
+    """prometheus_client's custom collector protocol: `collect` is called at each scrape."""
+
+    def __init__(
+        self,
+        status: Callable[[], Mapping[str, Any] | None],
+        stats: Callable[[], Mapping[str, ModelStats]],
+    ) -> None:
+        self.status = status
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        document = self.status() or {}  # none before the governor's first: serving's part only
+        yield from governor_families(document)
+        yield from model_families(document, self.stats())
+
+
+class Exposition:
+    """One registry per service, holding its collector."""
+
+    def __init__(
+        self,
+        status: Callable[[], Mapping[str, Any] | None],
+        stats: Callable[[], Mapping[str, ModelStats]],
+    ) -> None:
+        # auto_describe off: registering must not scrape (the status may not be there yet).
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StatusCollector(status, stats))
+
+    def render(self, accept: str) -> tuple[bytes, str]:
+        """The exposition and its content type, chosen from the request's Accept header: text
+        format 0.0.4 by default, OpenMetrics 1.0 when the scraper asks for it (Prometheus does)."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

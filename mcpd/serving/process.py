@@ -2,9 +2,10 @@
 
 Started by mcpd.governor.supervisor with the listening socket, its end of the socket pair and the
 shared block on descriptors given on the command line (the protocol is mcpd.ipc), then the log
-level and, where `[serving] http` is set, `http=FD`: the TCP listener the governor holds too. It
-first puts itself below the governor (lower_own_priority), waits for the configuration, serves,
-forwards events and sends its model statistics once a second, applies the configurations the governor sends on reload, and stops on SIGTERM (finishing what it has taken) or
+level and ROLE=FD for each TCP listener the governor holds too: `http=FD` where `[serving] http` is
+set, `metrics=FD` where `[metrics] listen` is. It first puts itself
+below the governor (lower_own_priority), waits for the configuration, serves, forwards events and sends its model statistics once a second, applies the
+configurations the governor sends on reload, and stops on SIGTERM (finishing what it has taken) or
 as soon as the governor's end of the socket pair closes (the governor is gone).
 """
 
@@ -18,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 
 from mcpd import config as config_module
 from mcpd import logs, status
@@ -60,12 +62,12 @@ class Serving:
         channel: Channel,
         block: SharedBlock,
         listener: socket.socket,
-        http: socket.socket | None = None,
+        tcp: Mapping[str, socket.socket] | None = None,
     ) -> None:
         self.channel = channel
         self.block = block
         self.listener = listener
-        self.http = http
+        self.tcp = dict(tcp or {})
         self.slots: dict[str, int] = {}
         self.service: InferenceService | None = None
         self.stop = asyncio.Event()
@@ -130,7 +132,7 @@ class Serving:
             self.batch_size,
             events,
             listener=Listener(self.listener, None),
-            http=self.http,
+            tcp=self.tcp,
         )
         await self.service.start()
         self.channel.send({"kind": "ready"})
@@ -165,7 +167,7 @@ class Serving:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     extra = dict(arg.split("=", 1) for arg in args[4:] if "=" in arg)
-    if len(args) < 4 or len(extra) != len(args) - 4 or set(extra) - {"http"}:
+    if len(args) < 4 or len(extra) != len(args) - 4 or set(extra) - {"http", "metrics"}:
         print(__doc__, file=sys.stderr)
         return 2
     listen_fd, channel_fd, block_fd = (int(arg) for arg in args[:3])
@@ -173,13 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     lower_own_priority()
     listener = socket.socket(fileno=listen_fd)
     listener.setblocking(False)
-    http = socket.socket(fileno=int(extra["http"])) if "http" in extra else None
-    if http is not None:
-        http.setblocking(False)
+    tcp = {role: socket.socket(fileno=int(fd)) for role, fd in extra.items()}
+    for sock in tcp.values():
+        sock.setblocking(False)
     serving = Serving(
         Channel(socket.socket(fileno=channel_fd)),
         SharedBlock(block_fd, create=False),
         listener,
-        http,
+        tcp,
     )
     return asyncio.run(serving.run())

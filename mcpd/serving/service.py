@@ -7,15 +7,15 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from mcpd.config import Config
+from mcpd.config import Config, tcp_listeners
 from mcpd.events import EventBus
-from mcpd.listen import Listener, bind_tcp, listen, tcp_address
+from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.optimize.background import Optimizer
-from mcpd.serving.connections import Acceptor, connection_cap
+from mcpd.serving.connections import SOCKET_CAP, Acceptor, connection_cap
 from mcpd.serving.endpoints import Endpoints
 from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
@@ -35,6 +35,9 @@ default is 10 s)."""
 STATUS_POLL_S = 0.1
 """How often the GPU check looks for the governor's first status document (published a few
 times a second)."""
+METRICS_CONNECTIONS = 8
+"""At once on the `[metrics] listen` port: Prometheus scrapes over one kept-alive connection; a few
+more for a person with curl. The port's connections do not count against max_connections."""
 
 
 class InferenceService:
@@ -49,7 +52,7 @@ class InferenceService:
         *,
         shm_root: str = "/dev/shm",
         listener: Listener | None = None,
-        http: socket.socket | None = None,
+        tcp: Mapping[str, socket.socket] | None = None,
     ) -> None:
         self.config = config
         self.status = status
@@ -64,29 +67,60 @@ class InferenceService:
         self.endpoints = Endpoints(self.repository, self.shm, status, config.daemon)
         self.throttle = Throttle()
         self.connections: Acceptor | None = None
+        self.scrapes: Acceptor | None = None
+        """Connections on the `[metrics] listen` port."""
         self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self._given = listener
         """A socket someone else holds (the governor): used as it is, never bound or removed."""
-        self._given_http = http
-        """The `[serving] http` listener the governor holds, with `listener`."""
+        self._given_tcp = dict(tcp or {})
+        """The TCP listeners the governor holds, with `listener`, by role (config.tcp_listeners)."""
         self._listener: Listener | None = None
-        self._http: socket.socket | None = None
+        self._tcp: dict[str, socket.socket] = {}
 
     async def start(self) -> None:
         """Bind (or take systemd's socket), start serving, start loading models in the background."""
         if self._given is not None:
-            self._listener, self._http = self._given, self._given_http
+            self._listener, self._tcp = self._given, self._given_tcp
         else:
             self._listener = listen(self.config.daemon.socket, self.config.daemon.socket_group)
-            http = self.config.serving.http
-            self._http = bind_tcp(tcp_address(http), "[serving] http") if http else None
+            self._tcp = bind_tcp_listeners(tcp_listeners(self.config))
         self.throttle.install()
+        cap = connection_cap(self.config.daemon.max_connections)
+        listening = [self._listener.sock] + ([self._tcp["http"]] if "http" in self._tcp else [])
+        self._runner, self.connections = await self._serve(
+            self.endpoints.application(),
+            listening,
+            lambda: min(cap, self.config.daemon.max_connections),
+        )
+        if "metrics" in self._tcp:
+            self._metrics_runner, self.scrapes = await self._serve(
+                self.endpoints.metrics_application(),
+                [self._tcp["metrics"]],
+                lambda: METRICS_CONNECTIONS,
+                "the [metrics] listen port's",
+            )
+            log.info("serving /metrics on %s", self.config.metrics.listen)
+        where = self._listener.path or "the socket passed by systemd"
+        if "http" in self._tcp:
+            where += f" and {self.config.serving.http}"
+        log.info("serving the Open Inference Protocol on %s", where)
+        self.gpu_check = asyncio.create_task(self._warn_if_gpu_unused())
+        await self.repository.apply(self.config.models)
+
+    async def _serve(
+        self,
+        application: web.Application,
+        listening: list[socket.socket],
+        cap: Callable[[], int],
+        cap_name: str = SOCKET_CAP,
+    ) -> tuple[web.AppRunner, Acceptor]:
         # handler_cancellation: a client that disconnects cancels its handler, which takes its
         # request out of the queue. keepalive_timeout: aiohttp closes a connection that has not
         # completed a request's header this long after connecting or after its last response
         # (a half-sent header included), which makes it the header timeout.
         runner = web.AppRunner(
-            self.endpoints.application(),
+            application,
             handle_signals=False,
             access_log=None,
             handler_cancellation=True,
@@ -96,19 +130,9 @@ class InferenceService:
         )
         await runner.setup()
         assert runner.server is not None  # made by setup()
-        cap = connection_cap(self.config.daemon.max_connections)
-        listening = [self._listener.sock] + ([self._http] if self._http is not None else [])
-        self.connections = Acceptor(
-            listening, runner.server, lambda: min(cap, self.config.daemon.max_connections)
-        )
-        self.connections.start()
-        self._runner = runner
-        where = self._listener.path or "the socket passed by systemd"
-        if self._http is not None:
-            where += f" and {self.config.serving.http}"
-        log.info("serving the Open Inference Protocol on %s", where)
-        self.gpu_check = asyncio.create_task(self._warn_if_gpu_unused())
-        await self.repository.apply(self.config.models)
+        acceptor = Acceptor(listening, runner.server, cap, cap_name)
+        acceptor.start()
+        return runner, acceptor
 
     async def _warn_if_gpu_unused(self) -> None:
         """A Jetson serving on the CPU because its onnxruntime lacks the GPU providers says so
@@ -127,14 +151,16 @@ class InferenceService:
         """Stop accepting, finish the queued requests, release the models and shared memory."""
         if self.gpu_check is not None:
             self.gpu_check.cancel()
-        if self.connections is not None:
-            self.connections.stop()  # answers in flight go on
-        if self._runner is not None:
-            await self._runner.shutdown()
+        for acceptor in (self.connections, self.scrapes):
+            if acceptor is not None:
+                acceptor.stop()  # answers in flight go on
+        runners = [r for r in (self._runner, self._metrics_runner) if r is not None]
+        for runner in runners:
+            await runner.shutdown()
         await self.repository.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        for runner in runners:
+            await runner.cleanup()
+        self._runner = self._metrics_runner = None
         self.shm.close()
         self.throttle.remove()
         if self._listener is not None:
@@ -142,9 +168,9 @@ class InferenceService:
             if self._listener.path is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._listener.path)
-        if self._http is not None:
-            self._http.close()
-        self._listener = self._http = None
+        for sock in self._tcp.values():
+            sock.close()
+        self._listener, self._tcp = None, {}
 
     async def reload(self, config: Config) -> None:
         """Models are added, removed or replaced and the request limits apply at once; the socket,
@@ -153,8 +179,8 @@ class InferenceService:
         for key in ("max_request_bytes", "header_timeout_ms"):
             if getattr(config.daemon, key) != getattr(self.config.daemon, key):
                 log.warning("reload: [daemon] %s changes only on restart", key)
-        if config.serving.http != self.config.serving.http:
-            log.warning("reload: [serving] http changes only on restart")
+        if tcp_listeners(config) != tcp_listeners(self.config):
+            log.warning("reload: [serving] http and [metrics] listen change only on restart")
         self.config = config
         self.endpoints.bodies.daemon = config.daemon
         await self.repository.apply(config.models)
