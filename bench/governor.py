@@ -294,6 +294,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs per condition and tree")
     parser.add_argument("--baseline-tree", type=Path, help="an earlier checkout to compare with")
     parser.add_argument("--only", choices=["footprint"], help="measure only the idle footprint")
+    parser.add_argument(
+        "--skip-footprint",
+        action="store_true",
+        help="not the footprint (a one-process baseline has no governor of its own to measure)",
+    )
     args = parser.parse_args()
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline_tree is not None:
@@ -306,6 +311,12 @@ def main() -> None:
         if args.only is None:
             report["conditions"] = conditions(trees, model, args.seconds, args.rounds)
             report["serving_killed_under_load"] = kill_under_load(model, args.seconds)
+            print(
+                json.dumps(report, indent=1), file=sys.stderr, flush=True
+            )  # kept if what follows fails
+        if args.skip_footprint:
+            print(json.dumps(report, indent=1))
+            return
         variants = {label: (tree, False) for label, tree in trees.items()}
         variants["this tree, [metrics] listen scraped 1/s"] = (None, True)
         report["idle_footprint"] = footprints(variants, model, args.seconds, args.rounds)
