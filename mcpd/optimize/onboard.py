@@ -96,7 +96,7 @@ class BoardWatch:
             self._sample()
 
 
-def writable_domains(root: Path) -> list[domains.FrequencyDomain]:
+def domains_to_cap(root: Path) -> list[domains.FrequencyDomain]:
     found = domains.discover(root)
     if not found:
         raise OptimizeError(f"--caps: no frequency domain found under {root}")

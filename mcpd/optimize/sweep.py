@@ -21,7 +21,7 @@ import numpy as np
 
 from mcpd.optimize.interface import OptimizeError, TensorSpec, interface, load
 from mcpd.optimize.measure import session
-from mcpd.optimize.onboard import BoardWatch, Window, caps_held, writable_domains
+from mcpd.optimize.onboard import BoardWatch, Window, caps_held, domains_to_cap
 from mcpd.optimize.pareto import Point, frontier
 from sensors import SensorSet
 
@@ -171,7 +171,7 @@ def sweep(
     if not caps:
         models(None)
         return results
-    found = writable_domains(root)
+    found = domains_to_cap(root)
     for fraction in caps:
         with caps_held(found, fraction) as held:
             progress(
