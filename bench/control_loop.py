@@ -236,18 +236,34 @@ def idle_daemon(seconds: float, live: bool) -> dict[str, object]:
 
 
 def quality_sweep(args: argparse.Namespace) -> list[dict[str, object]]:
-    """Every case in its own process: simulated time is deterministic, so running them side by
-    side changes nothing but the wall-clock time. Rows are printed as JSON lines as they come."""
+    """Every case (its seeds in order) in its own process: simulated time is deterministic, so
+    running them side by side changes nothing but the wall-clock time. Rows are printed as JSON
+    lines as they come, and appended to --rows, whose rows are kept and not run again."""
     grid = quality.cases(
         args.profiles, args.scenarios, args.ambients, range(args.seeds), args.sim_minutes
     )
+    by_case: dict[tuple[str, str, float], list[quality.Case]] = {}
+    for case in grid:
+        by_case.setdefault((case.profile, case.scenario, case.ambient_c), []).append(case)
     governors = tuple(args.governors)
     rows: list[dict[str, object]] = []
+    if args.rows and args.rows.exists():
+        wanted = {(c.profile, c.scenario, c.ambient_c, c.seed, g) for c in grid for g in governors}
+        kept = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
+        rows = [row for row in kept if quality.row_key(row) in wanted]
+    done = frozenset(quality.row_key(row) for row in rows)
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(quality.sweep_case, c, governors, args.fixed_cache) for c in grid]
+        futures = [
+            pool.submit(quality.sweep_seeds, seeds, governors, args.fixed_cache, done)
+            for seeds in by_case.values()
+        ]
         for future in as_completed(futures):
             for row in future.result():
-                print(json.dumps(row), flush=True)
+                line = json.dumps(row)
+                print(line, flush=True)
+                if args.rows:
+                    with args.rows.open("a") as out:
+                        out.write(line + "\n")
                 rows.append(row)
     return rows
 
@@ -277,6 +293,12 @@ def main() -> None:
     grid.add_argument("--jobs", type=int, default=2, help="processes")
     grid.add_argument(
         "--fixed-cache", type=Path, help="folder keeping best fixed caps between sweeps"
+    )
+    grid.add_argument(
+        "--rows",
+        type=Path,
+        help="JSON-lines file the rows are appended to; rows already in it are not run again "
+        "(resumes a sweep: start a new file when a governor changes)",
     )
     args = parser.parse_args()
     if args.only == "quality" and args.profile:

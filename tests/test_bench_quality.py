@@ -87,3 +87,17 @@ def test_one_case_prints_one_json_document() -> None:
     # fixed 0.6: the CPU at the highest entry <= 0.6 x 1479 MHz inside the clamp, no changes.
     assert document["cap_changes_per_min"] == 0
     assert document["ratio"] is not None and document["ratio"] < 1.0
+
+
+@pytest.mark.parametrize("start", [0, 6, 13])
+def test_a_search_started_from_another_seed_finds_what_bisection_finds(start: int) -> None:
+    """Seeds 1 and 2 start at seed 0's best fixed cap and walk to its neighbours: wherever they
+    start, the answer is the configuration bisection finds (feasible, the next one up not)."""
+    case = quality.Case("rk3588", "sustained", 40.0, minutes=1.0)
+    bisected = quality.best_fixed(case)
+    walked = quality.best_fixed(case, start)
+    assert "infeasible" not in bisected
+    assert walked["caps_mhz"] == bisected["caps_mhz"]
+    assert walked["result"] == bisected["result"]
+    index = quality.start_index(case.profile, walked)
+    assert 0 < index < len(quality.configurations_for(case.profile)) - 1
