@@ -70,6 +70,16 @@ class AdaptivePolicy:
     power_trigger: float = 0.99
     """Power at this fraction of the limit lowers: leakage creeps up with temperature at a fixed
     level, and the meter is read every 100 ms, so acting at the limit itself is too late."""
+    estimate_error: float = 0.05
+    """How far low an estimated power may read: the limit is divided by 1 + this when the power
+    is the Energy Model estimate. 0.05 is the estimator's largest error against the simulated
+    RK3588's true power, at mid-range clocks (docs/power-estimate.md)."""
+
+    def limit_w(self, readings: Readings) -> float:
+        """The power limit the readings are held to: lower when they are an estimate."""
+        if readings.power_estimated:
+            return self.params.power_high_w / (1.0 + self.estimate_error)
+        return self.params.power_high_w
 
     def start(self, levels: tuple[Level, ...]) -> AdaptiveState:
         return AdaptiveState(len(levels) - 1, raise_interval_s=self.base_raise_interval_s)
@@ -99,6 +109,9 @@ class AdaptivePolicy:
     def estimate_w(
         self, state: AdaptiveState, levels: tuple[Level, ...], target: int, power_w: float
     ) -> float:
+        forecast = levels[target].full_load_w
+        if forecast is not None:
+            return forecast
         learned = dict(reversed(state.learned_w))
         if target in learned:
             return max(learned[target], power_w)
@@ -121,14 +134,14 @@ class AdaptivePolicy:
         settled = now - state.changed_at >= self.settle_s
         if power is not None and settled:
             state = self._learn(state, power)
-        trigger_w = self.params.power_high_w * self.power_trigger
+        limit_w = self.limit_w(readings)
+        trigger_w = limit_w * self.power_trigger
         if power is not None and power >= trigger_w and settled:
             target = next(
                 (
                     i
                     for i in range(state.level - 1, -1, -1)
-                    if self.estimate_w(state, levels, i, power)
-                    < self.params.power_high_w * self.power_margin
+                    if self.estimate_w(state, levels, i, power) < limit_w * self.power_margin
                 ),
                 0,
             )
@@ -159,7 +172,7 @@ class AdaptivePolicy:
                 if not settled:
                     return Verdict(Action.HOLD, "power settling"), state
                 next_w = self.estimate_w(state, levels, state.level + 1, power)
-                if next_w >= self.params.power_high_w * self.power_margin:
+                if next_w >= limit_w * self.power_margin:
                     return Verdict(Action.HOLD, f"next level would draw ~{next_w:.1f} W"), state
             why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
             verdict, state = self._move(state, state.level + 1, now, why)

@@ -36,6 +36,9 @@ class Readings:
     """Governing power; None = no reading."""
     metered: bool = False
     """Whether the board has a power meter: if it has, a missing power reading is fail-safe."""
+    power_estimated: bool = False
+    """Whether power_w is the Energy Model estimate (no meter on the board, or `[sensors] power =
+    "estimate"`) rather than a meter's reading: it can read a few percent low."""
 
 
 @dataclass(frozen=True)

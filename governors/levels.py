@@ -25,6 +25,9 @@ class DomainSteps:
 class Level:
     fraction: float
     caps_mhz: tuple[tuple[str, float], ...]
+    full_load_w: float | None = None
+    """The board's power at these caps with every domain fully busy, where power is estimated
+    from the Energy Model (the same formula at other clocks); None where a meter measures it."""
 
     def cap(self, domain: str) -> float:
         return dict(self.caps_mhz)[domain]

@@ -111,6 +111,17 @@ class EstimatedPower:
         self._activity = self._activity_now(self._busy)
         return estimate_watts(self.models, self._activity, self.static_w)
 
+    def full_load_w(self, caps_mhz: Mapping[str, float]) -> float:
+        """The estimate with every domain fully busy at its cap (at its top frequency where it
+        has none): what a level would draw under any load, before the governor moves to it."""
+        activity = {
+            model.name: Activity(
+                round(caps_mhz.get(model.name, model.opps[-1].hz / 1e6) * 1000), model.units
+            )
+            for model in self.models
+        }
+        return estimate_watts(self.models, activity, self.static_w)
+
     def learn(self, meter_w: float) -> None:
         """Fit the static term to a meter's reading of the same moment (at idle only)."""
         if self._activity is None or self._provisional:

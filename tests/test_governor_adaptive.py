@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from governors import (
     AdaptivePolicy,
     AdaptiveState,
     DomainSteps,
+    Level,
     Readings,
     allowed_mhz,
     uniform_levels,
@@ -179,3 +181,41 @@ def test_no_wind_up_at_the_clamps() -> None:
 def test_prediction_needs_three_samples_for_a_slope(temps: list[float]) -> None:
     state = feed(POLICY.start(LEVELS), temps, 0.0)
     assert POLICY.predicted_c(state) == (temps[-1] if temps else None)
+
+
+def test_an_estimated_power_is_held_further_below_the_limit() -> None:
+    """The estimate reads up to estimate_error low (docs/power-estimate.md): the same 11.5 W
+    that a meter may run at is too close to 12 W when it is an estimate."""
+    state = POLICY.start(LEVELS)
+    metered = Readings(60.0, 11.5, metered=True)
+    verdict, _ = POLICY.decide(state, metered, 1.0, LEVELS)
+    assert verdict.action is not Action.LOWER
+    estimated = Readings(60.0, 11.5, metered=True, power_estimated=True)
+    verdict, _ = POLICY.decide(state, estimated, 1.0, LEVELS)
+    limit = 12.0 / (1 + POLICY.estimate_error) * POLICY.power_trigger
+    assert verdict.action is Action.LOWER and f"{limit:.2f} W" in verdict.reason
+
+
+def with_full_load(watts: list[float]) -> tuple[Level, ...]:
+    return tuple(replace(level, full_load_w=w) for level, w in zip(LEVELS, watts, strict=True))
+
+
+def test_an_energy_model_forecast_decides_raises_whatever_the_load_is_now() -> None:
+    """At idle the board draws little at any level; the forecast at full load keeps it at a
+    level the next burst will not take over the limit, and lets it up to the last one that fits."""
+    limit = 12.0 / (1 + POLICY.estimate_error) * POLICY.power_margin  # 11.09 W
+    watts = [8.0 + 0.5 * i for i in range(len(LEVELS))]
+    levels = with_full_load(watts)
+    fits = max(i for i, w in enumerate(watts) if w < limit)
+    state = feed(AdaptiveState(level=fits - 1), [50.0] * 20, 0.0)
+    idle = Readings(50.0, 5.0, metered=True, power_estimated=True)
+    verdict, state = POLICY.decide(state, idle, 10.0, levels)
+    assert verdict.action is Action.RAISE and state.level == fits
+    state = feed(state, [50.0] * 20, 10.0)
+    verdict, state = POLICY.decide(state, idle, 20.0, levels)
+    assert verdict.action is Action.HOLD and f"~{watts[fits + 1]:.1f} W" in verdict.reason
+    # Over the limit at the top: straight down to the level that fits, not a guess by ratio.
+    top = POLICY.start(levels)
+    hot = Readings(60.0, 14.0, metered=True, power_estimated=True)
+    verdict, top = POLICY.decide(top, hot, 1.0, levels)
+    assert verdict.action is Action.LOWER and top.level == fits

@@ -24,6 +24,7 @@ from mcpd.governor.notify import Notifier
 from mcpd.governor.timing import next_deadline
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from mcpd.snapshot import Snapshot
+from sensors.discovery import PowerOptions
 from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
 from tests.fakesys import FakeSysfs
 
@@ -508,6 +509,27 @@ def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
     caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
     assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.levels}
     assert loop.snapshot.batch["m"] < 8
+
+
+def test_adaptive_policy_on_an_estimate_stays_under_the_true_limit(tmp_path: Path) -> None:
+    """The RK3588 has no meter: governed on its estimate (which reads a few percent low), with
+    each level's power at full load from the same Energy Model, the true input power stays under
+    12 W through bursts after the first second, and idle spells do not raise it into a level the
+    next burst would take over."""
+    sim = Simulator(PROFILES["rk3588"], tmp_path / "board", load=LoadSchedule("bursts", 30, 30))
+    sim.build()
+    settings = LoopSettings(
+        policy="adaptive", power=PowerOptions(coefficients={"fdab0000.npu": 3600.0})
+    )
+    loop, clock, _ = make_loop(sim.root, settings)
+    forecasts = [level.full_load_w for level in loop.policy.levels]
+    assert all(isinstance(w, float) for w in forecasts) and forecasts == sorted(forecasts)
+    watts = []
+    for _ in range(150 * 5):
+        run_for(loop, clock, 0.2, sim)
+        watts.append(sim.state.input_w)
+    assert max(watts[5:]) < 12.0
+    assert max(watts[5:]) > 11.0  # and close to it: not a blanket cut
 
 
 def test_reload_switches_policy_from_the_level_in_force(fake: FakeSysfs) -> None:

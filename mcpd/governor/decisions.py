@@ -7,7 +7,7 @@ The policies themselves are pure (governors/); this keeps the state they hand ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from governors import (
@@ -54,14 +54,23 @@ class PolicyDriver:
             return verdict, []
         return verdict, actuators.set_targets(dict(self.levels[self._adaptive.level].caps_mhz))
 
-    def update_levels(self, controls: Mapping[str, DomainControl]) -> None:
-        """The adaptive policy's levels from the domains' tables and ranges; when they change,
-        it continues from the highest level not above the one it was at."""
+    def update_levels(
+        self,
+        controls: Mapping[str, DomainControl],
+        full_load_w: Callable[[Mapping[str, float]], float] | None = None,
+    ) -> None:
+        """The adaptive policy's levels from the domains' tables and ranges (each with its power
+        at full load where power is estimated); when they change, it continues from the highest
+        level not above the one it was at."""
         steps = [
             DomainSteps(name, c.domain.max_mhz, allowed_mhz(c.domain.available_mhz, c.low, c.high))
             for name, c in controls.items()
         ]
         levels = uniform_levels(steps)
+        if full_load_w is not None:
+            levels = tuple(
+                replace(level, full_load_w=full_load_w(dict(level.caps_mhz))) for level in levels
+            )
         if levels == self.levels:
             return
         fraction = self.levels[self._adaptive.level].fraction if self.levels else 1.0

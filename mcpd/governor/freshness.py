@@ -28,15 +28,18 @@ class Freshness:
         """The newest valid (W, when)."""
         self._unknown: Episodes[str] = Episodes()
 
-    def readings(self, now: float, stale_s: float, metered: bool) -> Readings:
-        """What the governor decides on at `now`; faults are said as they start and end."""
+    def readings(
+        self, now: float, stale_s: float, metered: bool, estimated: bool = False
+    ) -> Readings:
+        """What the governor decides on at `now` (`estimated`: the power is the estimator's);
+        faults are said as they start and end."""
         temp = _fresh(self.temperature, now, stale_s)
         power = _fresh(self.power, now, stale_s) if metered else None
         first_pending = self.power is None and now - self.started <= stale_s
         metered = metered and not first_pending
         self._note("temperature", temp is None and self.temperature is not None, stale_s)
         self._note("power", metered and power is None, stale_s)
-        return Readings(temp, power, metered)
+        return Readings(temp, power, metered, estimated)
 
     def _note(self, signal: str, unknown: bool, stale_s: float) -> None:
         if unknown and self._unknown.fail(signal):

@@ -234,7 +234,8 @@ class ControlLoop:
         """Decide on the newest readings; when a cap was written, the clock right after the write
         (logs and events come after it and never delay it)."""
         s = self.settings
-        readings = self._ages.readings(now, s.stale_s, self.sensors.power_plan.metered)
+        plan = self.sensors.power_plan
+        readings = self._ages.readings(now, s.stale_s, plan.metered, plan.source == "estimate")
         written = None
         if self.paused:
             self._state = "paused"
@@ -298,7 +299,9 @@ class ControlLoop:
                 change.old_mhz,
                 change.new_mhz,
             )
-        self.policy.update_levels(self.actuators.controls)
+        plan, estimator = self.sensors.power_plan, self.sensors.estimator
+        full_load_w = estimator.full_load_w if estimator and plan.source == "estimate" else None
+        self.policy.update_levels(self.actuators.controls, full_load_w)
         self._clocks.read(self.actuators.controls)
 
     def _maybe_rediscover(self, now: float) -> None:
@@ -309,13 +312,13 @@ class ControlLoop:
         if reason is None:
             return
         found = self._discover_sensors()
-        self._sync_domains()
         if found.signature != self.sensors.signature:
             self.sensors = found
             self._say(
                 logging.INFO,
                 reports.rediscovered(reason, len(found.temperatures), len(found.powers)),
             )
+        self._sync_domains()
         self._check_governable()
 
     def _check_governable(self) -> None:
