@@ -12,10 +12,11 @@ state out. It moves through uniform levels (governors/levels.py) one operating p
   `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
   it again: the back-off that keeps it from probing a level it cannot hold every few seconds;
 - power at or above `power_trigger` x `power_high_w` jumps down to the highest level whose
-  estimate is under the limit;
-  power is not trusted for `settle_s` after a change (the meters average over 100-140 ms). The
-  estimate for a level is the power last measured there once settled (a learned map), else the
-  present power scaled by the ratio of fractions squared;
+  estimate is under the limit; power is not trusted for `settle_s` after a change (the meters
+  average over 100-140 ms). The estimate for a level (`estimate_w`) is the peak measured there
+  once settled (a learned map: an idle spell does not hide what a burst draws), else scaled from
+  the highest level below with a peak; where power is itself an estimate (no meter), each level's
+  Energy Model power at full load, against a limit lowered by `estimate_error`;
 - the same fail-safe as the seed rule: an unknown temperature, or a meter that went silent, cuts
   every cap by `down_factor` per decision.
 
@@ -43,7 +44,7 @@ class AdaptiveState:
     temps: tuple[tuple[float, float], ...] = ()
     """(time, °C) of recent temperature samples, oldest first."""
     learned_w: tuple[tuple[int, float], ...] = ()
-    """(level, watts) measured there once settled, newest first."""
+    """(level, peak watts) measured there once settled, most recently visited first."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,10 @@ class AdaptivePolicy:
     undo_window_s: float = 20.0
     settle_s: float = 0.5
     power_margin: float = 0.97
-    """A raise must be estimated under this fraction of the limit."""
-    power_trigger: float = 0.99
+    """A raise to a level not measured yet must be estimated under this fraction of the limit."""
+    learned_margin: float = 0.995
+    """A raise to a level measured before: its peak there must be under this fraction."""
+    power_trigger: float = 0.995
     """Power at this fraction of the limit lowers: leakage creeps up with temperature at a fixed
     level, and the meter is read every 100 ms, so acting at the limit itself is too late."""
     estimate_error: float = 0.05
@@ -109,16 +112,29 @@ class AdaptivePolicy:
     def estimate_w(
         self, state: AdaptiveState, levels: tuple[Level, ...], target: int, power_w: float
     ) -> float:
+        """A level's power: the Energy Model's at full load where power is estimated; down,
+        what the board draws now scaled by the plain ratio of fractions (static and board power
+        stay), or the peak measured there if higher; up, the peak measured there, else the square of the
+        ratio from the highest level below with a peak (a board at idle now says nothing about
+        the next burst), else from now."""
         forecast = levels[target].full_load_w
         if forecast is not None:
             return forecast
-        learned = dict(reversed(state.learned_w))
-        if target in learned:
-            return max(learned[target], power_w)
-        # Only the dynamic part scales (as f·V², about the ratio squared): up, the square
-        # overestimates; down, static and board power stay, so the plain ratio is the safer guess.
-        ratio = levels[target].fraction / levels[state.level].fraction
-        return power_w * (ratio**2 if ratio > 1 else ratio)
+        peaks = dict(state.learned_w)
+        if target < state.level:
+            ratio = levels[target].fraction / levels[state.level].fraction
+            return max(peaks.get(target, 0.0), power_w * ratio)
+        if target in peaks:
+            return max(peaks[target], power_w)
+        below = [level for level in peaks if level < target]
+        base, base_w = (max(below), peaks[max(below)]) if below else (state.level, power_w)
+        # Static and board power do not scale: the square overestimates, on the safe side.
+        ratio = levels[target].fraction / levels[base].fraction
+        return base_w * ratio * ratio
+
+    def raise_limit_w(self, state: AdaptiveState, target: int, limit_w: float) -> float:
+        measured = any(level == target for level, _ in state.learned_w)
+        return limit_w * (self.learned_margin if measured else self.power_margin)
 
     def decide(
         self, state: AdaptiveState, readings: Readings, now: float, levels: tuple[Level, ...]
@@ -172,7 +188,7 @@ class AdaptivePolicy:
                 if not settled:
                     return Verdict(Action.HOLD, "power settling"), state
                 next_w = self.estimate_w(state, levels, state.level + 1, power)
-                if next_w >= limit_w * self.power_margin:
+                if next_w >= self.raise_limit_w(state, state.level + 1, limit_w):
                     return Verdict(Action.HOLD, f"next level would draw ~{next_w:.1f} W"), state
             why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
             verdict, state = self._move(state, state.level + 1, now, why)
@@ -180,8 +196,10 @@ class AdaptivePolicy:
         return Verdict(Action.HOLD, "at the highest sustainable level"), state
 
     def _learn(self, state: AdaptiveState, power: float) -> AdaptiveState:
+        """Keep the peak: the power a level draws under full load, not at the last idle spell."""
         kept = tuple(entry for entry in state.learned_w if entry[0] != state.level)
-        return replace(state, learned_w=((state.level, power), *kept[:63]))
+        peak = max([power, *(w for level, w in state.learned_w if level == state.level)])
+        return replace(state, learned_w=((state.level, peak), *kept[:63]))
 
     def _forgive(self, state: AdaptiveState, now: float) -> AdaptiveState:
         """A raise that held for undo_window_s halves the back-off."""

@@ -144,9 +144,9 @@ def test_power_over_the_limit_jumps_to_a_level_estimated_under_it() -> None:
 
 def test_power_just_under_the_limit_lowers_before_it_is_crossed() -> None:
     state = POLICY.start(LEVELS)
-    verdict, _ = POLICY.decide(state, cool(60.0, 11.9), 1.0, LEVELS)  # 0.99 x 12 W = 11.88
-    assert verdict.action is Action.LOWER and "11.88 W" in verdict.reason
-    verdict, _ = POLICY.decide(state, cool(60.0, 11.8), 1.0, LEVELS)
+    verdict, _ = POLICY.decide(state, cool(60.0, 11.95), 1.0, LEVELS)  # 0.995 x 12 W = 11.94
+    assert verdict.action is Action.LOWER and "11.94 W" in verdict.reason
+    verdict, _ = POLICY.decide(state, cool(60.0, 11.9), 1.0, LEVELS)
     assert verdict.action is not Action.LOWER
 
 
@@ -219,3 +219,19 @@ def test_an_energy_model_forecast_decides_raises_whatever_the_load_is_now() -> N
     hot = Readings(60.0, 14.0, metered=True, power_estimated=True)
     verdict, top = POLICY.decide(top, hot, 1.0, levels)
     assert verdict.action is Action.LOWER and top.level == fits
+
+
+def test_a_levels_peak_is_kept_through_idle_spells() -> None:
+    """A burst's power at a level is what decides a raise there, not the idle power measured
+    since: raising at idle into a level the next burst takes over the limit is what made the
+    metered boards cross it at every burst start."""
+    state = feed(AdaptiveState(level=4), [60.0] * 20, 0.0)
+    _, state = POLICY.decide(state, cool(60.0, 11.0), 10.0, LEVELS)  # a burst at level 4
+    _, state = POLICY.decide(state, cool(60.0, 5.0), 11.0, LEVELS)  # then idle
+    assert dict(state.learned_w)[4] == 11.0
+    # Level 5 never visited: scaled from level 4's peak (11 W x ratio^2), not from 5 W now.
+    expected = 11.0 * (LEVELS[5].fraction / LEVELS[4].fraction) ** 2
+    assert POLICY.estimate_w(state, LEVELS, 5, 5.0) == pytest.approx(expected)
+    verdict, _ = POLICY.decide(state, cool(60.0, 5.0), 20.0, LEVELS)
+    assert expected >= 12.0 * POLICY.power_margin
+    assert verdict.action is Action.HOLD and "next level would draw" in verdict.reason
