@@ -161,7 +161,12 @@ class AdaptivePolicy:
                 ),
                 0,
             )
-            why = f"power {power:.2f} W >= {trigger_w:.2f} W ({self.power_trigger:g} x the limit)"
+            of = (
+                f"the limit / {1 + self.estimate_error:g}, estimated"
+                if readings.power_estimated
+                else "the limit"
+            )
+            why = f"power {power:.2f} W >= {trigger_w:.2f} W ({self.power_trigger:g} x {of})"
             return self._move(state, target, now, why)
         if temp >= self.params.temp_high_c:
             if now - state.changed_at >= self.settle_s:

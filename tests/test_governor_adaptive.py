@@ -194,6 +194,7 @@ def test_an_estimated_power_is_held_further_below_the_limit() -> None:
     verdict, _ = POLICY.decide(state, estimated, 1.0, LEVELS)
     limit = 12.0 / (1 + POLICY.estimate_error) * POLICY.power_trigger
     assert verdict.action is Action.LOWER and f"{limit:.2f} W" in verdict.reason
+    assert "x the limit / 1.05, estimated" in verdict.reason
 
 
 def with_full_load(watts: list[float]) -> tuple[Level, ...]:
