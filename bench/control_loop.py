@@ -13,7 +13,8 @@ Quality (simulated time, deterministic; bench/quality.py): a governor against th
 inside the governed range that keeps every sample at or below 85 °C and below the power limit.
 With --profile, one case as one JSON document; without, the sweep over profiles x scenarios x
 ambients x seeds (--profiles, --scenarios, --ambients, --seeds, --governors), every row as JSON,
-then a table of medians over seeds.
+then a table of medians over seeds; --fixed-cache keeps the best fixed caps between sweeps and
+--rows the rows, so that an interrupted sweep resumes.
 """
 
 from __future__ import annotations
