@@ -4,6 +4,12 @@ a conventional peer (FastAPI + uvicorn over TCP, JSON tensors), for a ResNet-50-
 the real daemon, idle and with the server at full load.
 
     .venv/bin/python bench/serving.py [--slices 6] [--seconds 0.75]
+    .venv/bin/python bench/serving.py --quick              # the ~1 ms model, concurrency 1 and 8
+    .venv/bin/python bench/serving.py --baseline-tree DIR  # DIR's server beside this one
+
+With `--baseline-tree`, the inference server of another checkout (for instance
+`git worktree add /tmp/serving-before main` before a change) is measured in the same run, each of
+its slices paired with an in-process slice like this tree's ("before", "before_shm").
 
 "mcpd" sends the input in the body (binary tensor data), "mcpd_shm" through a registered system
 shared memory region. The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
@@ -28,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +187,7 @@ def shm_request(sock: str, x: np.ndarray) -> Iterator[bytes]:
     """An infer request whose input lies in a registered system shared memory region (Triton's
     extension, the way a local client passes a large tensor without sending it through the socket);
     the small output still comes back in the body."""
-    key = f"mcpd-bench-{os.getpid()}"
+    key = f"mcpd-bench-{os.getpid()}-{Path(sock).stem}"
     Path(f"/dev/shm/{key}").write_bytes(x.tobytes())
     try:
         with Client(sock) as client:
@@ -256,10 +262,13 @@ def _ready(sock: str) -> bool:
 
 
 @contextmanager
-def mcpd_server(model: Model, max_batch: int, folder: Path) -> Iterator[str]:
-    sock = str(folder / f"{model.name}.sock")
+def mcpd_server(
+    model: Model, max_batch: int, folder: Path, tree: Path = ROOT, suffix: str = ""
+) -> Iterator[str]:
+    """The inference server of the checkout at `tree` (this one by default)."""
+    sock = str(folder / f"{model.name}{suffix}.sock")
     command = [sys.executable, "bench/serving_server.py", str(model.path), str(max_batch), sock]
-    with process(command):
+    with process(command, cwd=tree):
         wait_for(lambda: _ready(sock), "mcpd")
         yield sock
 
@@ -355,10 +364,21 @@ def loop_timing(model: Model, folder: Path, seconds: float, loaded: bool) -> dic
 # -- the run -------------------------------------------------------------------------------------
 
 
-def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict[str, object]:
+@dataclass(frozen=True)
+class Options:
+    slices: int
+    seconds: float
+    concurrency: tuple[int, ...] = CONCURRENCY
+    peer: bool = True
+    baseline: Path | None = None
+    """Another checkout whose server is measured beside this one's."""
+
+
+def bench_model(model: Model, folder: Path, options: Options) -> dict[str, object]:
     """Each served measurement is a series of slices, each paired with an in-process slice taken
     right before it; ratios are per pair (medians), so background load drifting on a shared
     machine affects both sides of each ratio alike."""
+    slices, seconds = options.slices, options.seconds
     seconds *= model.seconds_factor
     x = np.random.default_rng(1).random((1, *model.shape), np.float32)
     sweep = in_process(model, seconds, model.batches)
@@ -370,17 +390,30 @@ def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict
         "best_batch": best,
     }
     # Served with the batch size that is best in-process: the comparison is like for like.
-    with (
-        mcpd_server(model, best, folder) as sock,
-        peer_server(model) as port,
-        shm_request(sock, x) as through_shm,
-    ):
-        targets = {
-            "mcpd": (lambda: asyncio.open_unix_connection(sock), mcpd_request(x)),
-            "mcpd_shm": (lambda: asyncio.open_unix_connection(sock), through_shm),
-            "peer": (lambda: asyncio.open_connection("127.0.0.1", port), peer_request(x)),
-        }
-        for c in CONCURRENCY:
+    with ExitStack() as servers:
+        sock = servers.enter_context(mcpd_server(model, best, folder))
+        targets: dict[str, tuple[Callable[[], Any], bytes]] = {}
+        if options.baseline is not None:
+            before = servers.enter_context(
+                mcpd_server(model, best, folder, options.baseline, "-before")
+            )
+            targets["before"] = (lambda: asyncio.open_unix_connection(before), mcpd_request(x))
+            targets["before_shm"] = (
+                lambda: asyncio.open_unix_connection(before),
+                servers.enter_context(shm_request(before, x)),
+            )
+        targets["mcpd"] = (lambda: asyncio.open_unix_connection(sock), mcpd_request(x))
+        targets["mcpd_shm"] = (
+            lambda: asyncio.open_unix_connection(sock),
+            servers.enter_context(shm_request(sock, x)),
+        )
+        if options.peer:
+            port = servers.enter_context(peer_server(model))
+            targets["peer"] = (
+                lambda: asyncio.open_connection("127.0.0.1", port),
+                peer_request(x),
+            )
+        for c in options.concurrency:
             cell: dict[str, object] = {}
             for name, (connect, request) in targets.items():
                 generator = LoadGenerator(connect, request, c)
@@ -423,7 +456,20 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=6, help="paired slices per measurement")
     parser.add_argument("--seconds", type=float, default=0.75, help="per slice (small model)")
     parser.add_argument("--loop-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the ~1 ms model at concurrency 1 and 8, no peer, no control loop",
+    )
+    parser.add_argument("--baseline-tree", type=Path, help="a checkout to measure beside this one")
     args = parser.parse_args()
+    options = Options(
+        args.slices,
+        args.seconds,
+        (1, 8) if args.quick else CONCURRENCY,
+        peer=not args.quick,
+        baseline=None if args.baseline_tree is None else args.baseline_tree.resolve(),
+    )
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         folder = Path(tmp)
         onnx.save(resnet50(), folder / "resnet50.onnx")
@@ -436,10 +482,15 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d"),
             "cpus": os.cpu_count(),
             "onnxruntime": ort.__version__,
+            "load_average_at_start": os.getloadavg(),
         }
-        for model in models:
-            report[model.name] = bench_model(model, folder, args.slices, args.seconds)
+        for model in models[1:] if args.quick else models:
+            report[model.name] = bench_model(model, folder, options)
         small = models[1]
+        report["load_average_at_end"] = os.getloadavg()
+        if args.quick:
+            print(json.dumps(report, indent=2, default=lambda o: o.__dict__))
+            return
         report["control_loop"] = {
             "idle": loop_timing(small, folder, args.loop_seconds, loaded=False),
             "serving_at_full_load": loop_timing(small, folder, args.loop_seconds, loaded=True),
