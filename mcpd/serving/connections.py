@@ -53,8 +53,8 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
 
 class Acceptor:
     """Accepts connections on the listening sockets (the Unix socket, the `[serving] http` listener)
-    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together;
-    `cap_name` says in the log what sets the cap."""
+    for `factory` (mcpd.serving.http's server) while fewer than `cap()` are open on all of them
+    together; `cap_name` says in the log what sets the cap."""
 
     def __init__(
         self,
@@ -140,7 +140,7 @@ class Acceptor:
 
 
 class _Counted(asyncio.Protocol):
-    """aiohttp's protocol, counted until its connection is lost."""
+    """The HTTP protocol, counted until its connection is lost."""
 
     def __init__(self, inner: asyncio.BaseProtocol, acceptor: Acceptor) -> None:
         self.inner = inner

@@ -1,0 +1,377 @@
+"""The HTTP/1.1 server of the serving process: an asyncio protocol around httptools (llhttp, the
+parser uvicorn uses), for the Unix socket and the `[serving] http` and `[metrics] listen` ports.
+
+It replaced aiohttp because aiohttp's request and response handling was most of what the event
+loop spent per request (BENCHMARKS.md, "Where a served request's time goes"), CPU taken from the
+model on a small board. It does what mcpd needs and no more: keep-alive (and pipelined requests,
+answered in order), bodies by Content-Length or chunked, `Expect: 100-continue`, and the limits of
+the hardening (issue 11): the header timeout from connecting or from the last answer until a
+request's header is complete, a bound on the header's size, and bodies that are read only as far
+as a handler asks for them (mcpd.serving.limits applies the body limits, budget and timeout).
+An answer sent before its request's body was read (413, 408) closes the connection after reading
+and dropping what the client still sends for up to `linger_s`, so that the client can read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import email.utils
+import http
+import time
+import urllib.parse
+
+import httptools
+
+from mcpd.serving.errors import RequestError
+from mcpd.serving.routes import Response, Router, error
+
+MAX_HEADER_BYTES = 32768
+"""The request line and header fields together; tritonclient's are a few hundred bytes."""
+UNCLAIMED_BYTES = 65536
+"""Body bytes kept before a handler asks for the body (it does in its first step, or never):
+reading pauses beyond, so a client cannot make the server hold a body nobody takes."""
+REASONS = {status.value: status.phrase for status in http.HTTPStatus}
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class BodyTimeout(Exception):
+    pass
+
+
+class Request:
+    """One request: its head, parsed, and its body as it arrives."""
+
+    __slots__ = (
+        "_error", "_limit", "_waiter", "body_bytes", "claimed", "complete", "content_length", "continue_",
+        "discard", "headers", "keep_alive", "method", "params", "path", "protocol",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        protocol: HttpProtocol,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        keep_alive: bool,
+    ) -> None:
+        self.protocol = protocol
+        self.method = method
+        self.path = path
+        self.headers = headers
+        """Names in lower case."""
+        self.keep_alive = keep_alive
+        self.params: dict[str, str] = {}
+        """The route's path parameters."""
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self.content_length: int | None = None if chunked else int(length or 0)
+        """None for a chunked body, whose size is known at its end."""
+        self.continue_ = headers.get("expect", "").lower() == "100-continue"
+        self.body_bytes = bytearray()
+        self.complete = False
+        self.claimed = False
+        self.discard = False
+        self._limit = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: Exception | None = None
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self.protocol.transport
+
+    async def body(self, limit: int, timeout_s: float) -> bytearray:
+        """The whole body: BodyTooLarge as soon as more than `limit` bytes are known to come,
+        BodyTimeout if it has not all arrived within `timeout_s`."""
+        if self.content_length is not None and self.content_length > limit:
+            raise BodyTooLarge(self.content_length)
+        self.claimed, self._limit = True, limit
+        if self._error is not None:
+            raise self._error
+        if len(self.body_bytes) > limit:
+            raise BodyTooLarge(len(self.body_bytes))
+        if self.complete:
+            return self.body_bytes
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        if self.continue_:
+            self.protocol.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.protocol.resume("unclaimed")
+        timer = loop.call_later(timeout_s, self._fail, BodyTimeout())
+        try:
+            await self._waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        return self.body_bytes
+
+    def received(self, data: bytes) -> None:
+        if self.discard:
+            return
+        self.body_bytes += data
+        if not self.claimed:
+            if len(self.body_bytes) > UNCLAIMED_BYTES:
+                self.protocol.pause("unclaimed")
+        elif len(self.body_bytes) > self._limit:
+            self._fail(BodyTooLarge(len(self.body_bytes)))
+
+    def ended(self) -> None:
+        self.complete = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def broken(self, message: str) -> None:
+        """The body cannot be parsed: whoever reads it gets a 400 that says why."""
+        self._fail(RequestError(f"Bad Request: {message}"))
+
+    def _fail(self, exc: Exception) -> None:
+        self._error = exc
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+
+
+class HttpServer:
+    """The connections of one router; the protocol factory for mcpd.serving.connections."""
+
+    def __init__(self, router: Router, header_timeout_s: float, linger_s: float) -> None:
+        self.router = router
+        self.header_timeout_s = header_timeout_s
+        self.linger_s = linger_s
+        self.connections: set[HttpProtocol] = set()
+        self.closing = False
+
+    def __call__(self) -> HttpProtocol:
+        return HttpProtocol(self)
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Take no more requests; let those being answered finish for up to `timeout_s`."""
+        self.closing = True
+        for connection in list(self.connections):
+            connection.close_if_idle()
+        busy = [c.task for c in self.connections if c.task is not None]
+        if busy:
+            await asyncio.wait(busy, timeout=timeout_s)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+
+
+class HttpProtocol(asyncio.Protocol):
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.receiving: Request | None = None
+        """The request whose head or body the parser is reading."""
+        self.task: asyncio.Task[None] | None = None
+        """Answering the request at the front of the pipeline."""
+        self.pipeline: collections.deque[Request] = collections.deque()
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._header_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._paused: set[str] = set()
+        self._closed = False
+
+    # -- asyncio ---------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.connections.add(self)
+        self._expect_header(self.server.header_timeout_s)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._last_request()  # answered as plain HTTP/1.1; what follows is not HTTP
+        except httptools.HttpParserError as exc:
+            self.pause("broken")  # the parser cannot go on: nothing more is read
+            if self.receiving is not None:
+                if self.receiving.discard:  # lingering after an early answer
+                    self._close()
+                    return
+                self.receiving.broken(str(exc))  # a body: its reader answers 400
+            if self.task is not None:
+                while len(self.pipeline) > 1:
+                    self.pipeline.pop()
+                self._last_request()
+                return
+            too_large = self._header_bytes > MAX_HEADER_BYTES
+            message = f"request header over {MAX_HEADER_BYTES} bytes" if too_large else str(exc)
+            self._send(error(f"Bad Request: {message}", 431 if too_large else 400), head=False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        self._cancel_timer()
+        if self.task is not None:
+            self.task.cancel()  # the handler takes its request out of the model's queue
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self.pause("writing")  # a client that does not read gets no further answers
+
+    def resume_writing(self) -> None:
+        self.resume("writing")
+
+    # -- httptools -------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._header_bytes = b"", {}, 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value))
+        key = name.decode("latin-1").lower()
+        text = value.decode("utf-8", "surrogateescape")
+        self._headers[key] = f"{self._headers[key]}, {text}" if key in self._headers else text
+
+    def on_headers_complete(self) -> None:
+        self._cancel_timer()
+        path = httptools.parse_url(self._url).path.decode("latin-1")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        request = Request(
+            self,
+            self.parser.get_method().decode("ascii"),
+            path,
+            self._headers,
+            bool(self.parser.should_keep_alive()) and not self.server.closing,
+        )
+        self.receiving = request
+        self.pipeline.append(request)
+        if self.task is None:
+            self._answer_next()
+        else:
+            self.pause("pipeline")
+
+    def on_body(self, data: bytes) -> None:
+        assert self.receiving is not None
+        self.receiving.received(data)
+
+    def on_message_complete(self) -> None:
+        assert self.receiving is not None
+        request, self.receiving = self.receiving, None
+        request.ended()
+        if request.discard:  # its early answer is out and the client has finished sending
+            self._close()
+
+    # -- answering -------------------------------------------------------------------------------
+
+    def _answer_next(self) -> None:
+        request = self.pipeline[0]
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self._answer(request))
+
+    async def _answer(self, request: Request) -> None:
+        response = await self.server.router.handle(request)
+        self.pipeline.popleft()
+        self.task = None
+        self._send(response, head=request.method == "HEAD", request=request)
+
+    def _send(self, response: Response, head: bool, request: Request | None = None) -> None:
+        if self._closed or self.transport is None:
+            return
+        keep = request is not None and request.keep_alive and request.complete
+        keep = keep and not response.close and not self.server.closing
+        length = len(response.body)
+        lines = [
+            f"HTTP/1.1 {response.status} {REASONS.get(response.status, '')}",
+            f"Content-Length: {length}",
+            f"Date: {_date()}",
+        ]
+        if response.content_type is not None:
+            lines.append(f"Content-Type: {response.content_type}")
+        if response.headers:
+            lines += [f"{name}: {value}" for name, value in response.headers.items()]
+        if not keep:
+            lines.append("Connection: close")
+        head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if head or not length:
+            self.transport.write(head_bytes)
+        elif length < 65536:
+            self.transport.write(head_bytes + response.body)
+        else:
+            self.transport.writelines((head_bytes, response.body))
+        if request is not None and not request.complete:
+            # Answered before the body was read: drop the rest as it comes, then close.
+            request.discard, request.body_bytes = True, bytearray()
+            self.resume("unclaimed")
+            self._expect_header(self.server.linger_s)
+        elif not keep:
+            self._close()
+        elif self.pipeline:
+            self.resume("pipeline")
+            self._answer_next()
+        elif self.receiving is None:
+            self._expect_header(self.server.header_timeout_s)
+
+    def _last_request(self) -> None:
+        for request in self.pipeline:
+            request.keep_alive = False
+
+    def close_if_idle(self) -> None:
+        if self.task is None and self.receiving is None:
+            self._close()
+        else:
+            self._last_request()
+
+    # -- flow and time ---------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def pause(self, reason: str) -> None:
+        if not self._paused and self.transport is not None:
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason in self._paused:
+            self._paused.discard(reason)
+            if not self._paused and self.transport is not None:
+                self.transport.resume_reading()
+
+    def _count(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise httptools.HttpParserError("request header too large")
+
+    def _expect_header(self, timeout_s: float) -> None:
+        """Close unless a request's header is complete within `timeout_s` (or, while lingering,
+        the rest of the early-answered body has arrived)."""
+        self._cancel_timer()
+        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._close)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _close(self) -> None:
+        self._cancel_timer()
+        if self.transport is not None and not self._closed:
+            self.transport.close()
+
+
+_dated: tuple[int, str] = (0, "")
+
+
+def _date() -> str:
+    """The Date header (RFC 9110 §6.6.1: an origin server with a clock sends it), once a second."""
+    global _dated
+    now = int(time.time())
+    if _dated[0] != now:
+        _dated = (now, email.utils.formatdate(now, usegmt=True))
+    return _dated[1]
