@@ -19,10 +19,10 @@ from mcpd import __version__
 from mcpd.config import DaemonSection
 from mcpd.serving import codec, metrics, model_control, model_reports, values
 from mcpd.serving.errors import RequestError
-from mcpd.serving.http import Request
 from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.peers import Peers
 from mcpd.serving.repository import Repository
+from mcpd.serving.request import Request
 from mcpd.serving.routes import JSON, Response, Route, Router, error, get, post, reply
 from mcpd.serving.shm import SharedMemory
 from mcpd.serving.statistics import Timing

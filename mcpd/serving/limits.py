@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from mcpd.config import DaemonSection
 from mcpd.serving.errors import RequestError
-from mcpd.serving.http import BodyTimeout, BodyTooLarge, Request
+from mcpd.serving.request import BodyTimeout, BodyTooLarge, Request
 
 THROTTLED_LOGGERS = ("asyncio", "mcpd.serving.http", "mcpd.serving.connections")
 LOG_INTERVAL_S = 10.0

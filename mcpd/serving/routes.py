@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mcpd.serving.errors import RequestError
 
 if TYPE_CHECKING:
-    from mcpd.serving.http import Request
+    from mcpd.serving.request import Request
 
 log = logging.getLogger("mcpd.serving.http")
 
