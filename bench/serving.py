@@ -261,16 +261,35 @@ def _ready(sock: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Server:
+    sock: str
+    pid: int
+
+
+def loop_cpu_ns(pid: int) -> int:
+    """CPU time of the process's main thread, which runs its event loop (the first field of
+    /proc/PID/schedstat, in ns: proc(5), sched-stats in the kernel's documentation). Measured
+    per request, it is the HTTP layer's cost, which a busy machine slows but does not change."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
 @contextmanager
 def mcpd_server(
-    model: Model, max_batch: int, folder: Path, tree: Path = ROOT, suffix: str = ""
-) -> Iterator[str]:
+    model: Model,
+    max_batch: int,
+    folder: Path,
+    tree: Path = ROOT,
+    suffix: str = "",
+    uvloop: bool = False,
+) -> Iterator[Server]:
     """The inference server of the checkout at `tree` (this one by default)."""
     sock = str(folder / f"{model.name}{suffix}.sock")
     command = [sys.executable, "bench/serving_server.py", str(model.path), str(max_batch), sock]
-    with process(command, cwd=tree):
+    command += ["uvloop"] if uvloop else []
+    with process(command, cwd=tree) as proc:
         wait_for(lambda: _ready(sock), "mcpd")
-        yield sock
+        yield Server(sock, proc.pid)
 
 
 def _port() -> int:
@@ -372,6 +391,8 @@ class Options:
     peer: bool = True
     baseline: Path | None = None
     """Another checkout whose server is measured beside this one's."""
+    uvloop: bool = False
+    """This checkout's server on uvloop."""
 
 
 def bench_model(model: Model, folder: Path, options: Options) -> dict[str, object]:
@@ -391,41 +412,47 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
     }
     # Served with the batch size that is best in-process: the comparison is like for like.
     with ExitStack() as servers:
-        sock = servers.enter_context(mcpd_server(model, best, folder))
-        targets: dict[str, tuple[Callable[[], Any], bytes]] = {}
+        this = servers.enter_context(mcpd_server(model, best, folder, uvloop=options.uvloop))
+        # name: how to connect, the request, the server process whose event loop is measured
+        targets: dict[str, tuple[Callable[[], Any], bytes, int | None]] = {}
+        served_here = [("", this)]
         if options.baseline is not None:
             before = servers.enter_context(
                 mcpd_server(model, best, folder, options.baseline, "-before")
             )
-            targets["before"] = (lambda: asyncio.open_unix_connection(before), mcpd_request(x))
-            targets["before_shm"] = (
-                lambda: asyncio.open_unix_connection(before),
-                servers.enter_context(shm_request(before, x)),
-            )
-        targets["mcpd"] = (lambda: asyncio.open_unix_connection(sock), mcpd_request(x))
-        targets["mcpd_shm"] = (
-            lambda: asyncio.open_unix_connection(sock),
-            servers.enter_context(shm_request(sock, x)),
-        )
+            served_here.insert(0, ("before", before))
+        for label, server in served_here:
+
+            def connect(sock: str = server.sock) -> Any:
+                return asyncio.open_unix_connection(sock)
+
+            shm = servers.enter_context(shm_request(server.sock, x))
+            targets[label or "mcpd"] = (connect, mcpd_request(x), server.pid)
+            targets[f"{label or 'mcpd'}_shm"] = (connect, shm, server.pid)
         if options.peer:
             port = servers.enter_context(peer_server(model))
             targets["peer"] = (
                 lambda: asyncio.open_connection("127.0.0.1", port),
                 peer_request(x),
+                None,
             )
+        sock = this.sock
         for c in options.concurrency:
             cell: dict[str, object] = {}
-            for name, (connect, request) in targets.items():
+            for name, (connect, request, pid) in targets.items():
                 generator = LoadGenerator(connect, request, c)
                 generator.measure(min(1.0, seconds))  # warm up
                 ratios, overheads, latencies, reference = [], [], [], []
                 served_s = 0.0
+                loop_ns = 0
                 for _ in range(slices):
                     ref = timed(lambda: session.run(None, {"image": batch}), seconds)
                     ref_b1 = (
                         timed(lambda: session.run(None, {"image": x}), seconds) if c == 1 else []
                     )
+                    cpu_before = 0 if pid is None else loop_cpu_ns(pid)
                     served, elapsed = generator.measure(seconds)
+                    loop_ns += 0 if pid is None else loop_cpu_ns(pid) - cpu_before
                     served_s += elapsed
                     ratios.append(len(served) / elapsed / (best * len(ref) / sum(ref)))
                     if ref_b1:
@@ -442,6 +469,8 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
                     "p99_ms": round(p99, 3),
                     "over_in_process": round(statistics.median(ratios), 3),
                 }
+                if pid is not None:
+                    cell[name]["loop_cpu_us_per_request"] = round(loop_ns / 1e3 / len(latencies), 1)  # type: ignore[index]
                 if overheads:
                     cell[name]["overhead_p50_us"] = round(statistics.median(overheads), 1)  # type: ignore[index]
             cell["in_process_best"] = round(statistics.median(reference), 1)
@@ -462,6 +491,7 @@ def main() -> None:
         help="only the ~1 ms model at concurrency 1 and 8, no peer, no control loop",
     )
     parser.add_argument("--baseline-tree", type=Path, help="a checkout to measure beside this one")
+    parser.add_argument("--uvloop", action="store_true", help="this checkout's server on uvloop")
     args = parser.parse_args()
     options = Options(
         args.slices,
@@ -469,6 +499,7 @@ def main() -> None:
         (1, 8) if args.quick else CONCURRENCY,
         peer=not args.quick,
         baseline=None if args.baseline_tree is None else args.baseline_tree.resolve(),
+        uvloop=args.uvloop,
     )
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         folder = Path(tmp)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mcpd.serving.http import MAX_HEADER_BYTES
+from mcpd.serving.request import UNCLAIMED_BYTES
 from tests.serving_models import scale
 from tests.serving_server import Served, config
 
@@ -190,7 +191,7 @@ def test_a_known_path_with_another_method_is_405_and_paths_are_percent_decoded(
 def test_a_body_nobody_reads_is_dropped_and_the_connection_closed(served: Served) -> None:
     with connect(served) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
-        sock.sendall(b"x" * 200000)  # more than the server keeps unclaimed
+        sock.sendall(b"x" * (UNCLAIMED_BYTES + 65536))  # more than the server keeps unclaimed
         reader = Reader(sock)
         status, headers, _ = reader.response()
         assert status == 200 and headers["connection"] == "close"
@@ -223,3 +224,55 @@ def test_stop_lets_a_request_in_flight_finish(served: Served) -> None:
         stopping.join(30)
     assert status == 200 and headers["connection"] == "close"
     assert json.loads(body)["outputs"][0]["data"] == [2.0] * 4
+
+
+@pytest.fixture
+def wide(tmp_path: Path) -> Iterator[Served]:
+    """A model whose one input (200 kB) spans several reads of the connection."""
+    models = [{"name": "w", "path": str(scale(tmp_path / "wide.onnx", width=50_000))}]
+    server = Served(config(tmp_path, models))
+    server.wait_settled()
+    yield server
+    server.close()
+
+
+def binary_infer(x: np.ndarray) -> bytes:
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "total"}],
+        }
+    ).encode()
+    body = header + x.tobytes()
+    return (
+        b"POST /v2/models/w/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+        b"Inference-Header-Content-Length: %d\r\n\r\n" % (len(body), len(header))
+    ) + body
+
+
+@pytest.mark.parametrize("split", ["whole", "head split in its end", "pieces"])
+def test_a_large_body_arrives_whole_however_it_is_split(wide: Served, split: str) -> None:
+    x = np.arange(50_000, dtype=np.float32).reshape(1, -1) % 7
+    data = binary_infer(x) + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    head_end = data.index(b"\r\n\r\n")
+    cuts = {
+        "whole": [],
+        "head split in its end": [head_end + 3],
+        "pieces": [100, head_end + 2, head_end + 4, 70_000, 140_000, 200_000],
+    }[split]
+    with connect(wide) as sock:
+        for start, stop in zip([0, *cuts], [*cuts, len(data)], strict=True):
+            sock.sendall(data[start:stop])
+        reader = Reader(sock)
+        status, _, body = reader.response()
+        live, _, _ = reader.response()
+    assert status == 200, body
+    assert json.loads(body)["outputs"][0]["data"] == [float(x.sum())]
+    assert live == 200

@@ -129,7 +129,7 @@ class Acceptor:
     async def _connect(self, conn: socket.socket) -> None:
         assert self._loop is not None
         try:
-            await self._loop.connect_accepted_socket(lambda: _Counted(self.factory(), self), conn)
+            await self._loop.connect_accepted_socket(lambda: _counted(self.factory(), self), conn)
         except OSError:
             conn.close()
             self.closed()
@@ -164,3 +164,21 @@ class _Counted(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.acceptor.closed()
         self.inner.connection_lost(exc)
+
+
+class _CountedBuffered(_Counted, asyncio.BufferedProtocol):
+    """The same, for a protocol that receives into its own buffer."""
+
+    inner: asyncio.BufferedProtocol
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.inner.get_buffer(sizehint)  # type: ignore[return-value]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.inner.buffer_updated(nbytes)
+
+
+def _counted(inner: asyncio.BaseProtocol, acceptor: Acceptor) -> _Counted:
+    if isinstance(inner, asyncio.BufferedProtocol):
+        return _CountedBuffered(inner, acceptor)
+    return _Counted(inner, acceptor)

@@ -10,16 +10,19 @@ request's header is complete, a bound on the header's size, and bodies that are 
 as a handler asks for them (mcpd.serving.limits applies the body limits, budget and timeout).
 An answer sent before its request's body was read (413, 408) closes the connection after reading
 and dropping what the client still sends for up to `linger_s`, so that the client can read it.
+
+The connection is read into a buffer of its own (asyncio.BufferedProtocol), and the parser sees
+the bytes up to the end of each request's head; a body of known length then bypasses it, into the
+request's own buffer (mcpd.serving.request), and a new parser takes the next request. Chunked
+bodies, and whatever follows a head split across reads, go through the parser.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import email.utils
-import http
-import time
 import urllib.parse
+from typing import cast
 
 import httptools
 
@@ -28,7 +31,9 @@ from mcpd.serving.routes import Response, Router, error
 
 MAX_HEADER_BYTES = 32768
 """The request line and header fields together; tritonclient's are a few hundred bytes."""
-REASONS = {status.value: status.phrase for status in http.HTTPStatus}
+READ_BYTES = 65536
+"""What one read of a connection takes at most, but for the rest of a body received in place."""
+END_OF_HEAD = b"\r\n\r\n"
 
 
 class HttpServer:
@@ -57,7 +62,7 @@ class HttpServer:
                 connection.transport.abort()
 
 
-class HttpProtocol(asyncio.Protocol):
+class HttpProtocol(asyncio.BufferedProtocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -73,16 +78,58 @@ class HttpProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._paused: set[str] = set()
         self._closed = False
+        self._buffer = bytearray(READ_BYTES)
+        self._view = memoryview(self._buffer)
+        self._direct: Request | None = None
+        """The request whose Content-Length body is being received without the parser."""
 
     # -- asyncio ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not asyncio's class
         self.server.connections.add(self)
         self._expect_header(self.server.header_timeout_s)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._direct is not None:
+            space = self._direct.space()
+            if space is not None:
+                return space
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        direct = self._direct
+        if direct is not None and direct.space() is not None:
+            direct.filled(nbytes)
+            if not direct.left:
+                self._direct_done()
+            return
+        start = 0
+        while start < nbytes and "broken" not in self._paused:
+            direct = self._direct
+            if direct is not None:
+                taken = min(direct.left, nbytes - start)
+                direct.received(self._view[start : start + taken])
+                start += taken
+                if not direct.left:
+                    self._direct_done()
+                continue
+            # Up to the end of a head, where a body may begin; all of it inside a chunked body.
+            end = self._buffer.find(END_OF_HEAD, start, nbytes) if self.receiving is None else -1
+            stop = nbytes if end < 0 else end + len(END_OF_HEAD)
+            self._parse(self._view[start:stop])
+            start = stop
+            receiving = self.receiving
+            if receiving is not None and receiving.content_length is not None:
+                self._direct = receiving
+
+    def _direct_done(self) -> None:
+        # The parser still waits for the body it did not see: the next request gets a new one.
+        self._direct = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.on_message_complete()
+
+    def _parse(self, data: memoryview) -> None:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -158,6 +205,8 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         assert self.receiving is not None
         request, self.receiving = self.receiving, None
+        if self._direct is request:  # the parser saw all of the body after all
+            self._direct = None
         request.ended()
         if request.discard:  # its early answer is out and the client has finished sending
             self._close()
@@ -181,18 +230,7 @@ class HttpProtocol(asyncio.Protocol):
         keep = request is not None and request.keep_alive and request.complete
         keep = keep and not response.close and not self.server.closing
         length = len(response.body)
-        lines = [
-            f"HTTP/1.1 {response.status} {REASONS.get(response.status, '')}",
-            f"Content-Length: {length}",
-            f"Date: {_date()}",
-        ]
-        if response.content_type is not None:
-            lines.append(f"Content-Type: {response.content_type}")
-        if response.headers:
-            lines += [f"{name}: {value}" for name, value in response.headers.items()]
-        if not keep:
-            lines.append("Connection: close")
-        head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        head_bytes = response.head(keep)
         if head or not length:
             self.transport.write(head_bytes)
         elif length < 65536:
@@ -259,15 +297,3 @@ class HttpProtocol(asyncio.Protocol):
         self._cancel_timer()
         if self.transport is not None and not self._closed:
             self.transport.close()
-
-
-_dated: tuple[int, str] = (0, "")
-
-
-def _date() -> str:
-    """The Date header (RFC 9110 §6.6.1: an origin server with a clock sends it), once a second."""
-    global _dated
-    now = int(time.time())
-    if _dated[0] != now:
-        _dated = (now, email.utils.formatdate(now, usegmt=True))
-    return _dated[1]

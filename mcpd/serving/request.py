@@ -1,6 +1,11 @@
 """One HTTP request as the front (mcpd.serving.http) parses it: its head, and its body as it
 arrives, read only as far as a handler asks for it (mcpd.serving.limits.Bodies does, with the
-limits)."""
+limits).
+
+A body whose Content-Length is known is received into one buffer of that size once a handler has
+asked for it, and the kernel writes the rest of it there directly (`space`): the tensors a request
+carries are views of that buffer (numpy.frombuffer in mcpd.serving.codec), never copied again.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,12 @@ from mcpd.serving.errors import RequestError
 if TYPE_CHECKING:
     from mcpd.serving.http import HttpProtocol
 
-UNCLAIMED_BYTES = 65536
+UNCLAIMED_BYTES = 256 * 1024
 """Body bytes kept before a handler asks for the body (it does in its first step, or never):
-reading pauses beyond, so a client cannot make the server hold a body nobody takes."""
+reading pauses beyond, so a client cannot make the server hold a body nobody takes. The handler's
+first step runs before the connection is read again, so one read (asyncio reads at most 256 KiB at
+once) stays under this: pausing and resuming cost two epoll_ctl calls (4 % of the event loop in a
+profile with 64 KiB here)."""
 
 
 class BodyTooLarge(Exception):
@@ -31,8 +39,23 @@ class Request:
     """One request: its head, parsed, and its body as it arrives."""
 
     __slots__ = (
-        "_error", "_limit", "_waiter", "body_bytes", "claimed", "complete", "content_length", "continue_",
-        "discard", "headers", "keep_alive", "method", "params", "path", "protocol",
+        "_error",
+        "_limit",
+        "_waiter",
+        "body_bytes",
+        "claimed",
+        "complete",
+        "content_length",
+        "continue_",
+        "discard",
+        "headers",
+        "keep_alive",
+        "method",
+        "params",
+        "path",
+        "protocol",
+        "size",
+        "sized",
     )  # fmt: skip
 
     def __init__(
@@ -57,6 +80,10 @@ class Request:
         """None for a chunked body, whose size is known at its end."""
         self.continue_ = headers.get("expect", "").lower() == "100-continue"
         self.body_bytes = bytearray()
+        self.size = 0
+        """Body bytes received so far (dropped ones too)."""
+        self.sized = False
+        """body_bytes has the body's whole size, filled up to `size`."""
         self.complete = False
         self.claimed = False
         self.discard = False
@@ -76,10 +103,15 @@ class Request:
         self.claimed, self._limit = True, limit
         if self._error is not None:
             raise self._error
-        if len(self.body_bytes) > limit:
-            raise BodyTooLarge(len(self.body_bytes))
+        if self.size > limit:
+            raise BodyTooLarge(self.size)
         if self.complete:
             return self.body_bytes
+        if self.content_length is not None:
+            # Within the limits and the budget: the rest goes straight into its place.
+            whole = bytearray(self.content_length)
+            whole[: self.size] = self.body_bytes
+            self.body_bytes, self.sized = whole, True
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
         if self.continue_:
@@ -93,15 +125,36 @@ class Request:
             self._waiter = None
         return self.body_bytes
 
-    def received(self, data: bytes) -> None:
+    @property
+    def left(self) -> int:
+        """Bytes of a Content-Length body still to come."""
+        return (self.content_length or 0) - self.size
+
+    def space(self) -> memoryview | None:
+        """Where the rest of the body goes, when it can be received in place."""
+        if self.sized and not self.discard:
+            return memoryview(self.body_bytes)[self.size :]
+        return None
+
+    def filled(self, size: int) -> None:
+        """`size` bytes were received into `space()`."""
+        self.size += size
+
+    def received(self, data: bytes | memoryview) -> None:
+        size = self.size + len(data)
         if self.discard:
+            self.size = size
             return
-        self.body_bytes += data
+        if self.sized:
+            self.body_bytes[self.size : size] = data
+        else:
+            self.body_bytes += data
+        self.size = size
         if not self.claimed:
-            if len(self.body_bytes) > UNCLAIMED_BYTES:
+            if size > UNCLAIMED_BYTES:
                 self.protocol.pause("unclaimed")
-        elif len(self.body_bytes) > self._limit:
-            self._fail(BodyTooLarge(len(self.body_bytes)))
+        elif size > self._limit:
+            self._fail(BodyTooLarge(size))
 
     def ended(self) -> None:
         self.complete = True

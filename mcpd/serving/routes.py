@@ -8,9 +8,12 @@ bug in a handler 500 (logged), so nothing a client sends can take the server dow
 
 from __future__ import annotations
 
+import email.utils
+import http
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpd.serving.http")
 
 JSON = "application/json"
+REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,32 @@ class Response:
     headers: Mapping[str, str] | None = None
     close: bool = False
     """Close the connection after this answer (the rest of the request may be unread)."""
+
+    def head(self, keep_alive: bool) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status} {REASONS.get(self.status, '')}",
+            f"Content-Length: {len(self.body)}",
+            f"Date: {_date()}",
+        ]
+        if self.content_type is not None:
+            lines.append(f"Content-Type: {self.content_type}")
+        if self.headers:
+            lines += [f"{name}: {value}" for name, value in self.headers.items()]
+        if not keep_alive:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+_dated: tuple[int, str] = (0, "")
+
+
+def _date() -> str:
+    """The Date header (RFC 9110 §6.6.1: an origin server with a clock sends it), once a second."""
+    global _dated
+    now = int(time.time())
+    if _dated[0] != now:
+        _dated = (now, email.utils.formatdate(now, usegmt=True))
+    return _dated[1]
 
 
 def reply(document: object, status: int = 200) -> Response:
