@@ -104,20 +104,29 @@ class HttpProtocol(asyncio.BufferedProtocol):
             if not direct.left:
                 self._direct_done()
             return
+        self._received(self._buffer, nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        """For an event loop that does not read into get_buffer() (uvloop, through the
+        connection counter's wrapper)."""
+        self._received(data, len(data))
+
+    def _received(self, data: bytes | bytearray, nbytes: int) -> None:
+        view = memoryview(data)
         start = 0
         while start < nbytes and "broken" not in self._paused:
             direct = self._direct
             if direct is not None:
                 taken = min(direct.left, nbytes - start)
-                direct.received(self._view[start : start + taken])
+                direct.received(view[start : start + taken])
                 start += taken
                 if not direct.left:
                     self._direct_done()
                 continue
             # Up to the end of a head, where a body may begin; all of it inside a chunked body.
-            end = self._buffer.find(END_OF_HEAD, start, nbytes) if self.receiving is None else -1
+            end = data.find(END_OF_HEAD, start, nbytes) if self.receiving is None else -1
             stop = nbytes if end < 0 else end + len(END_OF_HEAD)
-            self._parse(self._view[start:stop])
+            self._parse(view[start:stop])
             start = stop
             receiving = self.receiving
             if receiving is not None and receiving.content_length is not None:
