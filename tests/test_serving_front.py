@@ -276,3 +276,22 @@ def test_a_large_body_arrives_whole_however_it_is_split(wide: Served, split: str
     assert status == 200, body
     assert json.loads(body)["outputs"][0]["data"] == [float(x.sum())]
     assert live == 200
+
+
+def test_a_whole_body_received_at_once_before_its_handler_runs_does_not_stall_the_connection(
+    served: Served,
+) -> None:
+    """uvloop hands the protocol whole reads through data_received (not into get_buffer), so a
+    body over the unclaimed bound can be complete before its handler's first step."""
+    with connect(served) as sock:
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        reader = Reader(sock)
+        assert reader.response()[0] == 200
+        assert served.service._server is not None
+        (protocol,) = served.service._server.connections
+        body = b"x" * (UNCLAIMED_BYTES + 1000)
+        data = b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        served.loop.call_soon_threadsafe(protocol.data_received, data)
+        assert reader.response()[0] == 200
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # still read
+        assert reader.response()[0] == 200

@@ -246,10 +246,10 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self.transport.write(head_bytes + response.body)
         else:
             self.transport.writelines((head_bytes, response.body))
+        self.resume("unclaimed")  # whatever the answered request held is no longer kept
         if request is not None and not request.complete:
             # Answered before the body was read: drop the rest as it comes, then close.
             request.discard, request.body_bytes = True, bytearray()
-            self.resume("unclaimed")
             self._expect_header(self.server.linger_s)
         elif not keep:
             self._close()

@@ -101,6 +101,7 @@ class Request:
         if self.content_length is not None and self.content_length > limit:
             raise BodyTooLarge(self.content_length)
         self.claimed, self._limit = True, limit
+        self.protocol.resume("unclaimed")
         if self._error is not None:
             raise self._error
         if self.size > limit:
@@ -116,7 +117,6 @@ class Request:
         self._waiter = loop.create_future()
         if self.continue_:
             self.protocol.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        self.protocol.resume("unclaimed")
         timer = loop.call_later(timeout_s, self._fail, BodyTimeout())
         try:
             await self._waiter
