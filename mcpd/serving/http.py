@@ -31,8 +31,10 @@ from mcpd.serving.routes import Response, Router, error
 
 MAX_HEADER_BYTES = 32768
 """The request line and header fields together; tritonclient's are a few hundred bytes."""
-READ_BYTES = 65536
-"""What one read of a connection takes at most, but for the rest of a body received in place."""
+READ_BYTES = 16384
+"""What one read of a connection takes at most, but for the rest of a body received in place: a
+head, or a small request whole; each connection holds a buffer of this size (4 MiB for the
+default 256 connections)."""
 END_OF_HEAD = b"\r\n\r\n"
 
 
