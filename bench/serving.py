@@ -9,7 +9,10 @@ the real daemon, idle and with the server at full load.
 
 With `--baseline-tree`, the inference server of another checkout (for instance
 `git worktree add /tmp/serving-before main` before a change) is measured in the same run, each of
-its slices paired with an in-process slice like this tree's ("before", "before_shm").
+its slices paired with an in-process slice like this tree's ("before", "before_shm"). For every
+mcpd server, `loop_cpu_us_per_request` is the CPU time its event-loop thread spent per request:
+the HTTP layer's cost, which a machine busy with other work stretches in wall time but hardly
+changes, unlike the throughput ratios.
 
 "mcpd" sends the input in the body (binary tensor data), "mcpd_shm" through a registered system
 shared memory region. The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal

@@ -295,3 +295,15 @@ def test_a_whole_body_received_at_once_before_its_handler_runs_does_not_stall_th
         assert reader.response()[0] == 200
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # still read
         assert reader.response()[0] == 200
+
+
+def test_nothing_after_a_request_that_closes_the_connection_is_answered(served: Served) -> None:
+    with connect(served) as sock:
+        sock.sendall(
+            b"GET /v2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        reader = Reader(sock)
+        status, headers, _ = reader.response()
+        assert status == 200 and headers["connection"] == "close"
+        assert reader.closed()

@@ -80,6 +80,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._paused: set[str] = set()
         self._closed = False
+        self._stopped = False
+        """Nothing more that was received is parsed (a malformed request, or closing)."""
         self._buffer = bytearray(READ_BYTES)
         self._view = memoryview(self._buffer)
         self._direct: Request | None = None
@@ -116,7 +118,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
     def _received(self, data: bytes | bytearray, nbytes: int) -> None:
         view = memoryview(data)
         start = 0
-        while start < nbytes and "broken" not in self._paused:
+        while start < nbytes and not self._stopped:
             direct = self._direct
             if direct is not None:
                 taken = min(direct.left, nbytes - start)
@@ -146,7 +148,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         except httptools.HttpParserUpgrade:
             self._last_request()  # answered as plain HTTP/1.1; what follows is not HTTP
         except httptools.HttpParserError as exc:
-            self.pause("broken")  # the parser cannot go on: nothing more is read
+            self._stopped = True  # the parser cannot go on: nothing more is read
+            self.pause("broken")
             if self.receiving is not None:
                 if self.receiving.discard:  # lingering after an early answer
                     self._close()
@@ -305,6 +308,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self._timer = None
 
     def _close(self) -> None:
+        self._stopped = True
         self._cancel_timer()
         if self.transport is not None and not self._closed:
             self.transport.close()
