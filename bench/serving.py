@@ -110,6 +110,7 @@ class LoadGenerator:
 
     def __init__(self, connect: Callable[[], Any], request: bytes, concurrency: int) -> None:
         self.request = request
+        self.connect = connect
         self.loop = asyncio.new_event_loop()
 
         async def open_all() -> list[Any]:
@@ -117,17 +118,21 @@ class LoadGenerator:
 
         self.streams = self.loop.run_until_complete(open_all())
 
-    async def _connection(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        end: float,
-        out: list[float],
-    ) -> None:
+    async def _connection(self, index: int, end: float, out: list[float]) -> None:
+        reader, writer = self.streams[index]
         while time.perf_counter() < end:
             start = time.perf_counter()
             writer.write(self.request)
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
+                if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
+                    raise
+                # Closed while idle (the server's keep-alive timeout, 10 s for mcpd, which a
+                # slow slice on a busy machine can reach): reconnect, as a client would.
+                writer.close()
+                reader, writer = self.streams[index] = await self.connect()
+                continue
             length = int(head.lower().split(b"\r\ncontent-length:")[1].split(b"\r\n")[0])
             await reader.readexactly(length)
             if head[9:12] != b"200":
@@ -144,7 +149,9 @@ class LoadGenerator:
         end = start + seconds
 
         async def run_all() -> None:
-            await asyncio.gather(*(self._connection(r, w, end, latencies) for r, w in self.streams))
+            await asyncio.gather(
+                *(self._connection(i, end, latencies) for i in range(len(self.streams)))
+            )
 
         self.loop.run_until_complete(run_all())
         return latencies, time.perf_counter() - start
