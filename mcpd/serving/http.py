@@ -1,5 +1,6 @@
 """The HTTP/1.1 server of the serving process: an asyncio protocol around httptools (llhttp, the
 parser uvicorn uses), for the Unix socket and the `[serving] http` and `[metrics] listen` ports.
+What it relies on of httptools and of HTTP/1.1 is in docs/serving-protocol.md §7.
 
 It replaced aiohttp because aiohttp's request and response handling was most of what the event
 loop spent per request (BENCHMARKS.md, "Where a served request's time goes"), CPU taken from the
