@@ -2,8 +2,8 @@
 request bodies, and log lines.
 
 The bodies held at once are bounded (the serving process's memory is the board's), and repeated
-log lines from asyncio, the HTTP server and the connection cap are throttled (a connection flood used to log each
-failed accept: 133 MB of journal in 50 s, issue 11).
+log lines from asyncio, the HTTP server and the connection cap are throttled (a connection flood
+used to log each failed accept: 133 MB of journal in 50 s, issue 11).
 """
 
 from __future__ import annotations
