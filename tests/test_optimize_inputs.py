@@ -135,6 +135,10 @@ CASES: dict[str, tuple[Setup, str]] = {
         _flag("--target", "rk3588"),
         "--target rk3588 needs rknn-toolkit2 in its own virtual environment",
     ),
+    "layer analysis on cpu": (
+        _flag("--layer-analysis"),
+        "--layer-analysis: rknn-toolkit2's analysis, for the NPU targets only (not cpu",
+    ),
     "rk3588 int4": (_flag("--target", "rk3588", "--precision", "int4"), "take auto, int8 or fp16"),
     "unknown precision": (_flag("--precision", "int3"), "--precision 'int3': unknown precision"),
     "min cosine": (_flag("--min-cosine", "1.5"), "--min-cosine 1.5: must be between 0 and 1"),
