@@ -11,11 +11,15 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpd.optimize import PRECISIONS, ROCKCHIP, TARGETS
 from mcpd.optimize.interface import OptimizeError
+
+if TYPE_CHECKING:
+    from mcpd.optimize.layers import Layer
 
 LAYER_SAMPLES = 3  # held-out samples the toolkit's per-layer analysis runs on (each layer's worst)
 LAYERS_SHOWN = 10  # worst layers in the --json document (5 in the table)
@@ -96,7 +100,7 @@ def _ratio(reference: float | None, candidate: float | None) -> float | None:
     return round(reference / candidate, 3) if reference and candidate else None
 
 
-def _layers(analysed: Any, count: int) -> list[dict[str, Any]] | None:
+def _layers(analysed: Sequence[Layer] | None, count: int) -> list[dict[str, Any]] | None:
     from mcpd.optimize.layers import worst_first
 
     if analysed is None:
