@@ -254,6 +254,22 @@ def test_latencies_are_medians_of_interleaved_runs(tmp_path: Path) -> None:
     assert next(ticks) == 1 + 5 * 2 * 2 + 1
 
 
+def test_benchmark_sessions_take_config_entries_and_an_optimization_level(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from mcpd.optimize.measure import session
+
+    model = models.cnn(tmp_path / "a.onnx")
+    plain = session(model).get_session_options()
+    assert plain.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert plain.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    tuned = session(model, 0, {"session.x64quantprecision": "1"}, level).get_session_options()
+    assert tuned.get_session_config_entry("session.x64quantprecision") == "1"
+    assert tuned.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert tuned.graph_optimization_level == level
+
+
 def test_choice_is_the_fastest_accepted_and_never_slower_than_the_original(
     tmp_path: Path,
 ) -> None:
