@@ -108,6 +108,21 @@ def test_combined_samples_keep_each_layers_worst_figures() -> None:
     assert _by_name(combined)["zero-rs"].note == "f_zero"
 
 
+def test_a_layer_broken_in_one_sample_stays_broken_when_combined() -> None:
+    broken = _parse("outlier-int8.txt")
+    fine = layers.parse(
+        (FIXTURES / "outlier-int8.txt")
+        .read_text()
+        .replace(" q_zero |  q_zero    q_zero |  q_zero", "0.99000 | 0.10000   0.99500 | 0.05000"),
+        "edited",
+    )
+    assert _by_name(fine)["matmul15_mm"].single_cosine == 0.995
+    for order in ([fine, broken], [broken, fine]):
+        dead = _by_name(layers.combine(order))["matmul15_mm"]
+        assert (dead.single_cosine, dead.note, dead.entire_cosine) == (None, "q_zero", 0.99)
+        assert layers.worst_first(layers.combine(order))[0] == dead
+
+
 BAD = {
     "empty": ("", "not rknn-toolkit2's accuracy analysis"),
     "no table": ("# simulator_error: ...\nlayer_name\n", "not rknn-toolkit2's accuracy analysis"),

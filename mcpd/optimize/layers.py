@@ -90,21 +90,28 @@ def _worst(values: Iterable[float | None], pick: Callable[[list[float]], float])
 
 def combine(samples: Sequence[Sequence[Layer]]) -> tuple[Layer, ...]:
     """Each layer's worst figures over the samples (lowest cosine, largest distance), in the
-    order layers first appear."""
+    order layers first appear; a layer broken in one sample stays broken."""
     seen: dict[tuple[str, str], list[Layer]] = {}
     for layers in samples:
         for layer in layers:
             seen.setdefault((layer.op_type, layer.name), []).append(layer)
-    return tuple(
-        replace(
-            group[0],
-            entire_cosine=_worst((g.entire_cosine for g in group), min),
-            entire_euclidean=_worst((g.entire_euclidean for g in group), max),
-            single_cosine=_worst((g.single_cosine for g in group), min),
-            single_euclidean=_worst((g.single_euclidean for g in group), max),
-            note=next((g.note for g in group if g.note), None),
-        )
-        for group in seen.values()
+    return tuple(_merge(group) for group in seen.values())
+
+
+def _merge(group: list[Layer]) -> Layer:
+    worst = replace(
+        group[0],
+        entire_cosine=_worst((g.entire_cosine for g in group), min),
+        entire_euclidean=_worst((g.entire_euclidean for g in group), max),
+        single_cosine=_worst((g.single_cosine for g in group), min),
+        single_euclidean=_worst((g.single_euclidean for g in group), max),
+        note=next((g.note for g in group if g.note), None),
+    )
+    dead = next((g for g in group if broken(g)), None)
+    return (
+        worst
+        if dead is None
+        else replace(worst, single_cosine=None, single_euclidean=None, note=dead.note)
     )
 
 
