@@ -258,3 +258,37 @@ def test_a_failed_or_unreadable_analysis_is_one_line_and_nothing_is_written(
     assert line.startswith("mcpd optimize: ") and message in line
     assert "Traceback" not in captured.err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_worker_keeps_only_each_samples_table(
+    toolkit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcpd.optimize import interface, rockchip, samples
+    from mcpd.optimize.measure import outputs
+
+    monkeypatch.setenv("MCPD_FAKE_RKNN_ANALYSIS", str(FIXTURES / "outlier-int8.txt"))
+    args = _optimize(tmp_path)
+    model = Path(args[1])
+    spec = interface.interface(interface.load(model))
+    calibration, validation = samples.split(samples.load(Path(args[3]), spec.inputs, None))
+    work = tmp_path / "work"
+    work.mkdir()
+    built = rockchip.convert(
+        model,
+        spec,
+        calibration,
+        validation,
+        outputs(model, validation),
+        "rk3588",
+        work,
+        lambda accuracy: True,
+        lambda line: None,
+        toolkit,
+        ("int8",),
+        3,
+    )
+    assert [b.label for b in built] == ["rknn int8 normal"]  # 2 held-out samples: both analysed
+    assert built[0].layers == layers.combine([_parse("outlier-int8.txt")] * 2)
+    analysis = work / "analysis-int8-normal"
+    left = sorted(p.relative_to(analysis).as_posix() for p in analysis.rglob("*"))
+    assert left == ["0", "0/error_analysis.txt", "1", "1/error_analysis.txt"]

@@ -15,6 +15,7 @@ also runs in the simulator (docs/optimizer.md).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -66,10 +67,15 @@ def main(job_path: str) -> None:
     # instead of skipping a build that worked.
     analysis = job.get("analysis")
     for index, paths in enumerate(analysis["samples"] if analysis else []):
-        ret = rknn.accuracy_analysis(inputs=paths, output_dir=f"{analysis['folder']}/{index}")
+        folder = f"{analysis['folder']}/{index}"
+        ret = rknn.accuracy_analysis(inputs=paths, output_dir=folder)
         if ret != 0:
             print(f"rknn-toolkit2 accuracy_analysis failed (return code {ret})", file=sys.stderr)
             sys.exit(ANALYSIS_FAILED)
+        # Every layer's float and simulated output, as text: gigabytes for a large model, and
+        # only error_analysis.txt is read.
+        for snapshots in ("golden", "simulator"):
+            shutil.rmtree(f"{folder}/{snapshots}", ignore_errors=True)
     rknn.release()
 
 

@@ -8,7 +8,7 @@ command in tests/test_optimize_rknn.py. This one keeps the contract mcpd's worke
   one line per sample, one .npy path per input, when quantizing); export_rknn, init_runtime
   (target None: the simulator) and accuracy_analysis need a built model; inference needs a runtime;
 - accuracy_analysis takes one .npy path per model input, of the declared size, and writes
-  output_dir/error_analysis.txt.
+  output_dir/error_analysis.txt beside the folders of per-layer snapshots (golden/, simulator/).
 
 Its simulator is exact (it runs the float model with onnxruntime), and the analysis it writes is
 a file the real toolkit wrote: the one named by MCPD_FAKE_RKNN_ANALYSIS, or none at all when that
@@ -113,7 +113,9 @@ class RKNN:
         fixture = os.environ.get("MCPD_FAKE_RKNN_ANALYSIS", "none")
         if fixture == "fail":
             return -1
-        os.makedirs(output_dir, exist_ok=True)
+        for snapshots in ("golden", "simulator"):  # every layer's output, as the real one
+            os.makedirs(os.path.join(output_dir, snapshots), exist_ok=True)
+            Path(output_dir, snapshots, "layer.txt").write_text("0.0\n" * 1000)
         if fixture != "none":
             shutil.copyfile(fixture, os.path.join(output_dir, "error_analysis.txt"))
         return 0
