@@ -15,6 +15,10 @@ TEMP_MAX_C = 150.0
 _MILLI_MIN = round(TEMP_MIN_C * 1000)
 _MILLI_MAX = round(TEMP_MAX_C * 1000)
 
+# A Jetson zone reads this while its engine is power-gated (the GPU whenever it idles): no
+# temperature to govern on, and no fault either, or an idle-busy GPU is an outage a second.
+_GATED_MILLI = -256000
+
 # Far above any board mcpd runs on; a larger delta means a counter reset, not power.
 POWER_MAX_W = 2000.0
 
@@ -57,7 +61,7 @@ class TemperatureSensor:
         return f"TemperatureSensor({self.name!r}, {self.source!r}, governs={self.governs})"
 
     def read(self) -> float | None:
-        millidegrees = self.attr.read_int(_MILLI_MIN, _MILLI_MAX)
+        millidegrees = self.attr.read_int(_MILLI_MIN, _MILLI_MAX, absent=_GATED_MILLI)
         return None if millidegrees is None else millidegrees / 1000.0
 
     def sample(self) -> TemperatureReading:

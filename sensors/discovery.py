@@ -225,6 +225,10 @@ class SensorSet:
                 log.debug("power estimate: %s", why)
             if estimator is None and power.mode == "estimate":
                 log.error('[sensors] power = "estimate", but no domain can be estimated')
+        found: list[TemperatureSensor | PowerSensor] = [*temperatures, *powers]
+        for sensor in found:
+            for attribute in sensor.attributes:
+                attribute.open()
         return cls(
             temperatures,
             powers,

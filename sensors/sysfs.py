@@ -18,6 +18,7 @@ bounded to one page and a longer file is a fault, and a value the kernel cannot 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -170,10 +171,17 @@ class Attribute:
             os.close(self._fd)
             self._fd = None
 
+    def open(self) -> None:
+        """Open the descriptor before the first read, so that discovery pays for the open and not
+        the first sample; a file that cannot be opened is left for that read to report."""
+        if self._fd is None:
+            with contextlib.suppress(OSError):
+                self._fd = open_regular(self.path)
+
     def _read(self) -> str:
         """Read through a kept file descriptor: sysfs regenerates an attribute on every read at
-        offset 0, so pread() costs a fifth of open+read+close. A file replaced under us (the
-        simulator renames new values into place) has no links left: then, and after any error
+        offset 0, so pread() costs a fifth of open+read+close. A file replaced under us (a test
+        tree, the simulator's removed devices) has no links left: then, and after any error
         (a device going away answers ENODEV) or bad value, open the path afresh."""
         fd = self._fd
         if fd is not None:
@@ -192,8 +200,12 @@ class Attribute:
         self._fd = fd
         return text
 
-    def read_int(self, low: int | None = None, high: int | None = None) -> int | None:
-        """The attribute's integer value; None if unreadable, non-numeric or outside [low, high]."""
+    def read_int(
+        self, low: int | None = None, high: int | None = None, absent: int | None = None
+    ) -> int | None:
+        """The attribute's integer value; None if unreadable, non-numeric or outside [low, high].
+        `absent` is the driver's own word for "no value now" (a power-gated zone): None as well,
+        but a state the hardware is in, not a fault, so it is neither logged nor an outage."""
         try:
             text = self._read()
         except NotAFile as exc:
@@ -205,6 +217,8 @@ class Attribute:
         value = parse_int(text)
         if value is None:
             self._failed(f"not a kernel integer: {text[:32]!r}")
+            return None
+        if value == absent:
             return None
         if (low is not None and value < low) or (high is not None and value > high):
             self._failed(f"implausible value {value}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import socket
 import threading
@@ -605,3 +606,61 @@ def test_a_board_with_nothing_to_govern_says_so_loudly(
     messages = [e.message for e in events if e.kind == "fault"]
     assert any("nothing is governed: no temperature sensor found" in m for m in messages)
     assert loop.snapshot.state == "fail-safe" and cap(fake, POLICY4) < 2400000
+
+
+def test_the_first_sample_is_due_at_the_first_tick_not_at_start(fake: FakeSysfs) -> None:
+    """The daemon starts its services between the loop's start (discovery, adoption) and its first
+    tick: those milliseconds are not a sample's lateness."""
+    board_with_meter(fake, 50.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    clock.now += 0.040
+    loop.tick(clock.now)
+    late = loop.timing.summary()["sample_lateness"]
+    assert late is not None and late["count"] == 2 and late["max_ms"] == 0.0
+
+
+def test_power_is_read_before_the_zones_when_both_are_due(fake: FakeSysfs) -> None:
+    """The second read of a tick is late by the first one's duration: the meter's read is the
+    cheaper, so it goes first."""
+    board_with_meter(fake, 50.0, 5.0)
+    loop, clock, _ = make_loop(fake.root)
+    read_temperatures = loop.sensors.sample_temperatures
+    read_powers = loop.sensors.sample_powers
+
+    def slow_temperatures(now: float | None = None) -> Any:
+        clock.now += 0.003
+        return read_temperatures(now)
+
+    def slow_powers(now: float) -> Any:
+        clock.now += 0.0005
+        return read_powers(now)
+
+    loop.sensors.sample_temperatures = slow_temperatures  # type: ignore[method-assign]
+    loop.sensors.sample_powers = slow_powers  # type: ignore[method-assign]
+    loop.tick(clock.now)
+    late = loop.timing.summary()["sample_lateness"]
+    assert late is not None and late["count"] == 2
+    assert late["max_ms"] == pytest.approx(0.5)
+
+
+def test_cap_files_are_open_for_writing_from_adoption(fake: FakeSysfs) -> None:
+    """The first cap write must not pay for the checked walk from the sysfs root: adoption opens
+    the cap for writing (nothing is written until a decision)."""
+    board_with_meter(fake, 50.0, 5.0)
+    before = cap(fake, POLICY4)
+    loop, _, _ = make_loop(fake.root)
+    target = str((fake.root / POLICY4).resolve())
+    writers = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            if os.readlink(fd) != target:
+                continue
+        except OSError:
+            continue
+        flags = int(
+            Path(f"/proc/self/fdinfo/{fd.name}").read_text().split("flags:")[1].split()[0], 8
+        )
+        writers.append(flags & os.O_ACCMODE == os.O_WRONLY)
+    assert any(writers)
+    assert cap(fake, POLICY4) == before
+    assert loop.actuators.controls

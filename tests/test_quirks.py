@@ -302,10 +302,29 @@ def test_device_tree_and_release_formats(fake: FakeSysfs) -> None:
 def test_errors_are_logged_once_not_per_sample(
     fake: FakeSysfs, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake.zone(0, "gpu-thermal", -256000)
+    fake.zone(0, "gpu-thermal", 151000)  # above 150 °C: no die reads that and lives
     sensors = SensorSet.discover(fake.root)
     caplog.set_level(logging.WARNING)
     for _ in range(50):
         sensors.sample_temperatures()
     assert len(caplog.records) == 1
-    assert "implausible value -256000" in caplog.records[0].getMessage()
+    assert "implausible value 151000" in caplog.records[0].getMessage()
+
+
+def test_a_power_gated_zone_is_no_reading_and_no_fault(
+    fake: FakeSysfs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Jetson GPU zone reads -256000 whenever the GPU idles (docs/sysfs.md §6.2): an idle-busy
+    GPU must not be an outage logged every time it idles, nor a fault that re-opens the file."""
+    fake.zone(0, "cpu-thermal", 50000)
+    gpu = fake.zone(1, "gpu-thermal", -256000)
+    sensors = SensorSet.discover(fake.root)
+    caplog.set_level(logging.INFO)
+    seen = []
+    for temp in (-256000, 61500, -256000, 62000, -256000):
+        fake.values(gpu, {"temp": temp})
+        seen.append({r.name: r.celsius for r in sensors.sample_temperatures().readings})
+    assert [s["gpu-thermal"] for s in seen] == [None, 61.5, None, 62.0, None]
+    assert [s["cpu-thermal"] for s in seen] == [50.0] * 5
+    assert caplog.records == []
+    assert not any(s.attributes[0].failing for s in sensors.temperatures)

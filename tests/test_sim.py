@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -350,3 +351,21 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
+
+
+def test_values_change_in_place_as_sysfs_attributes_do(tmp_path: Path) -> None:
+    """A reader's kept descriptor reads each new value (pread at 0), as on a board, and the file
+    is never replaced under it; only multi-line files are replaced whole."""
+    simulator = simulate(tmp_path, "rk3588")
+    zone = next((simulator.root / "sys/class/thermal").iterdir()) / "temp"
+    fd = os.open(zone, os.O_RDONLY)
+    try:
+        seen = set()
+        for _ in range(5):
+            simulator.advance(0.5)
+            seen.add(os.pread(fd, 4096, 0))
+            assert os.fstat(fd).st_nlink == 1
+        assert len(seen) > 1
+        assert os.pread(fd, 4096, 0) == zone.read_bytes()
+    finally:
+        os.close(fd)

@@ -100,6 +100,8 @@ class Actuators:
         self.controls = current
         if self.baseline is not None:
             self.baseline.remember(adopted)
+        for domain in adopted:
+            domain.open_knobs()
         changes = []
         for control in current.values():
             cap = control.domain.read_cap_mhz()

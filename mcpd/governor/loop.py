@@ -86,6 +86,7 @@ class ControlLoop:
         self.ready = threading.Event()
         """Set once the first samples are in (READY=1)."""
         self.started = False
+        self._grid_started = False
         self.paused = False
         self._pending: LoopSettings | None = None
         self.sensors = SensorSet([], [])
@@ -154,13 +155,18 @@ class ControlLoop:
         """The first touch of the hardware: discover the sensors and adopt the frequency domains
         (each one's cap goes into the baseline before anything is written to it)."""
         self.started = True
-        now = self.clock()
-        self._ages = Freshness(self.events, now)
-        self._rediscovery = RediscoveryTrigger(self._rediscovery.hotplug, now)
-        self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
         self.sensors = self._discover_sensors()
         self._sync_domains()
         self._check_governable()
+
+    def _begin_grid(self, now: float) -> None:
+        """The sampling grid starts at the first tick: discovery, adoption and the daemon's
+        services starting took milliseconds in which no sample was due, and counting them made the
+        first sample of every run the latest of the run."""
+        self._grid_started = True
+        self._ages = Freshness(self.events, now)
+        self._rediscovery = RediscoveryTrigger(self._rediscovery.hotplug, now)
+        self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
 
     def run(self, stop: threading.Event) -> None:
         if not self.started:
@@ -186,18 +192,15 @@ class ControlLoop:
         """Do whatever is due at `now`; return when the next thing is due."""
         if not self.started:
             self.start()
+        if not self._grid_started:
+            self._begin_grid(now)
         if self._pending is not None:
             self._apply_settings(self._pending, now)
         sampled = False
         started = self.clock()
-        if now >= self._next_temp:
-            self.timing.lateness_s.append(started - self._next_temp)
-            self._temp_sample = self.sensors.sample_temperatures(now)
-            if self._temp_sample.celsius is not None:
-                self._ages.temperature = (self._temp_sample.celsius, now)
-                self.forecast.add(now, self._temp_sample.celsius)
-            self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
-            sampled = True
+        # Power first when both are due: read from a meter it costs a fifth of the zones' read
+        # (about 40 against 200 us on the simulated Orin Nano), so the temperature sample after it
+        # is the less late. An estimate costs about what the zones do, and gains nothing either way.
         if self.sensors.powers and now >= self._next_power:
             self.timing.lateness_s.append(self.clock() - self._next_power)
             self._power_sample = self.sensors.sample_powers(now)
@@ -206,6 +209,14 @@ class ControlLoop:
                 self._energy.add(self._power_sample.watts, now, self.settings.stale_s)
                 self.forecast.add_power(now, self._power_sample.watts)
             self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
+            sampled = True
+        if now >= self._next_temp:
+            self.timing.lateness_s.append(self.clock() - self._next_temp)
+            self._temp_sample = self.sensors.sample_temperatures(now)
+            if self._temp_sample.celsius is not None:
+                self._ages.temperature = (self._temp_sample.celsius, now)
+                self.forecast.add(now, self._temp_sample.celsius)
+            self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
             sampled = True
         if sampled:
             self._sampled_at = now

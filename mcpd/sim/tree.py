@@ -2,13 +2,15 @@
 
 Class entries are symlinks into /sys/devices as on a real kernel, values end in a newline, tables
 keep the kernel's spacing (cpufreq lists end in "value \\n", devfreq lists do not), device-tree
-strings are NUL-terminated. Values that change are replaced atomically (write + rename), so a reader
-sees either the old or the new value, as with a real attribute.
+strings are NUL-terminated. A one-line value that changes is rewritten in place, so a reader's kept
+descriptor reads the new value as with a real attribute; longer files (/proc/stat, the state file)
+are replaced atomically (write + rename), so a reader sees either the old or the new text.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ INA3221_CURRENT_LSB_MA = 8
 
 MEMORY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
 """Where a simulated board goes unless told otherwise: sysfs lives in memory, and on a disk file
-system the simulator's renames and the daemon's cap writes go through the journal, milliseconds
+system the simulator's writes and the daemon's cap writes go through the journal, milliseconds
 each that no kernel attribute costs."""
 
 
@@ -78,6 +80,8 @@ class BoardTree:
         path = f"{self.root}/{rel}"
         folder, _, name = path.rpartition("/")
         data = content.encode() if isinstance(content, str) else content
+        if data.count(b"\n") <= 1 and self._overwrite(path, data):
+            return
         temporary = f"{folder}/.{name}.sim"
         try:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -89,6 +93,24 @@ class BoardTree:
         finally:
             os.close(descriptor)
         os.replace(temporary, path)
+
+    @staticmethod
+    def _overwrite(path: str, data: bytes) -> bool:
+        """A one-line value changed in place, as a sysfs attribute changes: a reader's kept
+        descriptor reads the new value, as on a board, instead of finding its file replaced and
+        opening it again (which made every simulated read cost several system calls no real read
+        costs). Written before the truncation, so a reader racing a shorter value sees it with
+        a second newline after it, which parses the same. False when there is no such file yet."""
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            os.pwrite(descriptor, data, 0)
+            os.ftruncate(descriptor, len(data))
+        finally:
+            os.close(descriptor)
+        return True
 
     def link(self, rel: str, target_rel: str) -> None:
         path = self.root / rel
@@ -121,7 +143,10 @@ class BoardTree:
         self._next_hwmon += 1
         new = f"{old.rsplit('/', 1)[0]}/hwmon{number}"
         (self.root / f"sys/class/hwmon/hwmon{old_number}").unlink()
-        os.rename(self.root / old, self.root / new)
+        # A new device with new files, the old ones removed (not renamed: a reader's kept
+        # descriptor on a removed device's attribute must stop reading values, as the kernel's do).
+        shutil.copytree(self.root / old, self.root / new, symlinks=True)
+        shutil.rmtree(self.root / old)
         self.link(f"sys/class/hwmon/hwmon{number}", new)
         for dynamic in self.dynamics:
             if dynamic.path.startswith(old + "/"):
