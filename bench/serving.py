@@ -4,6 +4,15 @@ a conventional peer (FastAPI + uvicorn over TCP, JSON tensors), for a ResNet-50-
 the real daemon, idle and with the server at full load.
 
     .venv/bin/python bench/serving.py [--slices 6] [--seconds 0.75]
+    .venv/bin/python bench/serving.py --quick              # the ~1 ms model, concurrency 1 and 8
+    .venv/bin/python bench/serving.py --baseline-tree DIR  # DIR's server beside this one
+
+With `--baseline-tree`, the inference server of another checkout (for instance
+`git worktree add /tmp/serving-before main` before a change) is measured in the same run, each of
+its slices paired with an in-process slice like this tree's ("before", "before_shm"). For every
+mcpd server, `loop_cpu_us_per_request` is the CPU time its event-loop thread spent per request:
+the HTTP layer's cost, which a machine busy with other work stretches in wall time but hardly
+changes, unlike the throughput ratios.
 
 "mcpd" sends the input in the body (binary tensor data), "mcpd_shm" through a registered system
 shared memory region. The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
@@ -28,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +110,7 @@ class LoadGenerator:
 
     def __init__(self, connect: Callable[[], Any], request: bytes, concurrency: int) -> None:
         self.request = request
+        self.connect = connect
         self.loop = asyncio.new_event_loop()
 
         async def open_all() -> list[Any]:
@@ -108,17 +118,21 @@ class LoadGenerator:
 
         self.streams = self.loop.run_until_complete(open_all())
 
-    async def _connection(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        end: float,
-        out: list[float],
-    ) -> None:
+    async def _connection(self, index: int, end: float, out: list[float]) -> None:
+        reader, writer = self.streams[index]
         while time.perf_counter() < end:
             start = time.perf_counter()
             writer.write(self.request)
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
+                if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
+                    raise
+                # Closed while idle (the server's keep-alive timeout, 10 s for mcpd, which a
+                # slow slice on a busy machine can reach): reconnect, as a client would.
+                writer.close()
+                reader, writer = self.streams[index] = await self.connect()
+                continue
             length = int(head.lower().split(b"\r\ncontent-length:")[1].split(b"\r\n")[0])
             await reader.readexactly(length)
             if head[9:12] != b"200":
@@ -135,7 +149,9 @@ class LoadGenerator:
         end = start + seconds
 
         async def run_all() -> None:
-            await asyncio.gather(*(self._connection(r, w, end, latencies) for r, w in self.streams))
+            await asyncio.gather(
+                *(self._connection(i, end, latencies) for i in range(len(self.streams)))
+            )
 
         self.loop.run_until_complete(run_all())
         return latencies, time.perf_counter() - start
@@ -181,7 +197,7 @@ def shm_request(sock: str, x: np.ndarray) -> Iterator[bytes]:
     """An infer request whose input lies in a registered system shared memory region (Triton's
     extension, the way a local client passes a large tensor without sending it through the socket);
     the small output still comes back in the body."""
-    key = f"mcpd-bench-{os.getpid()}"
+    key = f"mcpd-bench-{os.getpid()}-{Path(sock).stem}"
     Path(f"/dev/shm/{key}").write_bytes(x.tobytes())
     try:
         with Client(sock) as client:
@@ -255,13 +271,35 @@ def _ready(sock: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Server:
+    sock: str
+    pid: int
+
+
+def loop_cpu_ns(pid: int) -> int:
+    """CPU time of the process's main thread, which runs its event loop (the first field of
+    /proc/PID/schedstat, in ns: proc(5), sched-stats in the kernel's documentation). Measured
+    per request, it is the HTTP layer's cost, which a busy machine slows but does not change."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
 @contextmanager
-def mcpd_server(model: Model, max_batch: int, folder: Path) -> Iterator[str]:
-    sock = str(folder / f"{model.name}.sock")
+def mcpd_server(
+    model: Model,
+    max_batch: int,
+    folder: Path,
+    tree: Path = ROOT,
+    suffix: str = "",
+    uvloop: bool = False,
+) -> Iterator[Server]:
+    """The inference server of the checkout at `tree` (this one by default)."""
+    sock = str(folder / f"{model.name}{suffix}.sock")
     command = [sys.executable, "bench/serving_server.py", str(model.path), str(max_batch), sock]
-    with process(command):
+    command += ["uvloop"] if uvloop else []
+    with process(command, cwd=tree) as proc:
         wait_for(lambda: _ready(sock), "mcpd")
-        yield sock
+        yield Server(sock, proc.pid)
 
 
 def _port() -> int:
@@ -355,10 +393,23 @@ def loop_timing(model: Model, folder: Path, seconds: float, loaded: bool) -> dic
 # -- the run -------------------------------------------------------------------------------------
 
 
-def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict[str, object]:
+@dataclass(frozen=True)
+class Options:
+    slices: int
+    seconds: float
+    concurrency: tuple[int, ...] = CONCURRENCY
+    peer: bool = True
+    baseline: Path | None = None
+    """Another checkout whose server is measured beside this one's."""
+    uvloop: bool = False
+    """This checkout's server on uvloop."""
+
+
+def bench_model(model: Model, folder: Path, options: Options) -> dict[str, object]:
     """Each served measurement is a series of slices, each paired with an in-process slice taken
     right before it; ratios are per pair (medians), so background load drifting on a shared
     machine affects both sides of each ratio alike."""
+    slices, seconds = options.slices, options.seconds
     seconds *= model.seconds_factor
     x = np.random.default_rng(1).random((1, *model.shape), np.float32)
     sweep = in_process(model, seconds, model.batches)
@@ -370,29 +421,48 @@ def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict
         "best_batch": best,
     }
     # Served with the batch size that is best in-process: the comparison is like for like.
-    with (
-        mcpd_server(model, best, folder) as sock,
-        peer_server(model) as port,
-        shm_request(sock, x) as through_shm,
-    ):
-        targets = {
-            "mcpd": (lambda: asyncio.open_unix_connection(sock), mcpd_request(x)),
-            "mcpd_shm": (lambda: asyncio.open_unix_connection(sock), through_shm),
-            "peer": (lambda: asyncio.open_connection("127.0.0.1", port), peer_request(x)),
-        }
-        for c in CONCURRENCY:
+    with ExitStack() as servers:
+        this = servers.enter_context(mcpd_server(model, best, folder, uvloop=options.uvloop))
+        # name: how to connect, the request, the server process whose event loop is measured
+        targets: dict[str, tuple[Callable[[], Any], bytes, int | None]] = {}
+        served_here = [("", this)]
+        if options.baseline is not None:
+            before = servers.enter_context(
+                mcpd_server(model, best, folder, options.baseline, "-before")
+            )
+            served_here.insert(0, ("before", before))
+        for label, server in served_here:
+
+            def connect(sock: str = server.sock) -> Any:
+                return asyncio.open_unix_connection(sock)
+
+            shm = servers.enter_context(shm_request(server.sock, x))
+            targets[label or "mcpd"] = (connect, mcpd_request(x), server.pid)
+            targets[f"{label or 'mcpd'}_shm"] = (connect, shm, server.pid)
+        if options.peer:
+            port = servers.enter_context(peer_server(model))
+            targets["peer"] = (
+                lambda: asyncio.open_connection("127.0.0.1", port),
+                peer_request(x),
+                None,
+            )
+        sock = this.sock
+        for c in options.concurrency:
             cell: dict[str, object] = {}
-            for name, (connect, request) in targets.items():
+            for name, (connect, request, pid) in targets.items():
                 generator = LoadGenerator(connect, request, c)
                 generator.measure(min(1.0, seconds))  # warm up
                 ratios, overheads, latencies, reference = [], [], [], []
                 served_s = 0.0
+                loop_ns = 0
                 for _ in range(slices):
                     ref = timed(lambda: session.run(None, {"image": batch}), seconds)
                     ref_b1 = (
                         timed(lambda: session.run(None, {"image": x}), seconds) if c == 1 else []
                     )
+                    cpu_before = 0 if pid is None else loop_cpu_ns(pid)
                     served, elapsed = generator.measure(seconds)
+                    loop_ns += 0 if pid is None else loop_cpu_ns(pid) - cpu_before
                     served_s += elapsed
                     ratios.append(len(served) / elapsed / (best * len(ref) / sum(ref)))
                     if ref_b1:
@@ -409,6 +479,8 @@ def bench_model(model: Model, folder: Path, slices: int, seconds: float) -> dict
                     "p99_ms": round(p99, 3),
                     "over_in_process": round(statistics.median(ratios), 3),
                 }
+                if pid is not None:
+                    cell[name]["loop_cpu_us_per_request"] = round(loop_ns / 1e3 / len(latencies), 1)  # type: ignore[index]
                 if overheads:
                     cell[name]["overhead_p50_us"] = round(statistics.median(overheads), 1)  # type: ignore[index]
             cell["in_process_best"] = round(statistics.median(reference), 1)
@@ -423,7 +495,22 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=6, help="paired slices per measurement")
     parser.add_argument("--seconds", type=float, default=0.75, help="per slice (small model)")
     parser.add_argument("--loop-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the ~1 ms model at concurrency 1 and 8, no peer, no control loop",
+    )
+    parser.add_argument("--baseline-tree", type=Path, help="a checkout to measure beside this one")
+    parser.add_argument("--uvloop", action="store_true", help="this checkout's server on uvloop")
     args = parser.parse_args()
+    options = Options(
+        args.slices,
+        args.seconds,
+        (1, 8) if args.quick else CONCURRENCY,
+        peer=not args.quick,
+        baseline=None if args.baseline_tree is None else args.baseline_tree.resolve(),
+        uvloop=args.uvloop,
+    )
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         folder = Path(tmp)
         onnx.save(resnet50(), folder / "resnet50.onnx")
@@ -436,10 +523,15 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d"),
             "cpus": os.cpu_count(),
             "onnxruntime": ort.__version__,
+            "load_average_at_start": os.getloadavg(),
         }
-        for model in models:
-            report[model.name] = bench_model(model, folder, args.slices, args.seconds)
+        for model in models[1:] if args.quick else models:
+            report[model.name] = bench_model(model, folder, options)
         small = models[1]
+        report["load_average_at_end"] = os.getloadavg()
+        if args.quick:
+            print(json.dumps(report, indent=2, default=lambda o: o.__dict__))
+            return
         report["control_loop"] = {
             "idle": loop_timing(small, folder, args.loop_seconds, loaded=False),
             "serving_at_full_load": loop_timing(small, folder, args.loop_seconds, loaded=True),

@@ -62,9 +62,8 @@ def main() -> None:
         onnx.save(classifier(size=160, width=32), path)
         model = bench.Model("small", path, (3, 160, 160), (1,), 1.0)
         x = np.random.default_rng(1).random((1, 3, 160, 160), np.float32)
-        with bench.mcpd_server(model, 1, folder) as sock:
-            found = subprocess.check_output(["pgrep", "-f", f"serving_server.py {path}"])
-            pid = found.split()[0].decode()
+        with bench.mcpd_server(model, 1, folder) as server:
+            sock, pid = server.sock, str(server.pid)
 
             def run(request: bytes) -> None:
                 load = bench.LoadGenerator(

@@ -1,7 +1,9 @@
 """mcpd's inference service alone (no control loop), for bench/serving.py: serves one model on a
 socket with the batch size fixed at max_batch, until SIGTERM.
 
-    python bench/serving_server.py MODEL.onnx MAX_BATCH SOCKET
+    python bench/serving_server.py MODEL.onnx MAX_BATCH SOCKET [uvloop]
+
+With `uvloop`, on uvloop's event loop instead of asyncio's (to measure it).
 """
 
 from __future__ import annotations
@@ -41,4 +43,9 @@ async def main(model: str, max_batch: int, socket: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    if sys.argv[4:] == ["uvloop"]:
+        import uvloop
+
+        uvloop.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    else:
+        asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))

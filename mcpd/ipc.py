@@ -49,6 +49,9 @@ _STATUS_HEAD = struct.Struct("=QI")
 _BATCH_AT = _HEADER.size
 _STATUS_AT = _BATCH_AT + SLOTS * _BATCH.size
 SIZE = _STATUS_AT + _STATUS_HEAD.size + STATUS_BYTES
+_STATUS_TRIES = 10_000
+"""Reads of a status document before giving up (a writer takes well under a millisecond; a
+governor that died half-way leaves the sequence odd for good, and serving must not spin on it)."""
 
 
 class IpcError(Exception):
@@ -107,20 +110,29 @@ class SharedBlock:
         _STATUS_HEAD.pack_into(self._map, _STATUS_AT, sequence + 2, len(data))
 
     def status(self) -> StatusDocument | None:
-        """The newest status document; None before the first. The governor wrote it with
-        mcpd.status.document (the same version of mcpd: it starts its serving process from its own
-        files), so it is the contract's shape, not checked again here."""
+        """The newest status document; None before the first, or if no whole one could be read.
+        The governor wrote it with mcpd.status.document (the same version of mcpd: it starts its
+        serving process from its own files), so it is the contract's shape, not checked again.
+
+        A copy that does not parse is read again as if the sequence had moved: Python puts no
+        memory barrier between the stores of the data and of the sequence, and on the arm64 boards
+        mcpd runs on another core may see them in either order."""
         start = _STATUS_AT + _STATUS_HEAD.size
-        while True:
+        for _ in range(_STATUS_TRIES):
             before, length = _STATUS_HEAD.unpack_from(self._map, _STATUS_AT)
+            if before % 2 or length > STATUS_BYTES:
+                continue
             data = bytes(self._map[start : start + length])
-            after = _STATUS_HEAD.unpack_from(self._map, _STATUS_AT)[0]
-            if before == after and not before % 2:
-                break
-        if not before:
-            return None
-        document: StatusDocument = json.loads(data)
-        return document
+            if _STATUS_HEAD.unpack_from(self._map, _STATUS_AT)[0] != before:
+                continue
+            if not before:
+                return None
+            try:
+                document: StatusDocument = json.loads(data)
+            except ValueError:
+                continue
+            return document
+        return None
 
 
 class Channel:

@@ -161,7 +161,7 @@ def test_repeated_log_lines_are_throttled() -> None:
     again = record(accept)
     assert throttle.filter(again)
     assert again.getMessage().endswith("(48 similar lines dropped before this one)")
-    other = logger.makeRecord("aiohttp.server", logging.ERROR, __file__, 1, accept, (), None)
+    other = logger.makeRecord("mcpd.serving.http", logging.ERROR, __file__, 1, accept, (), None)
     assert throttle.filter(other)  # each logger has its own allowance
 
 

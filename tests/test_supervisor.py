@@ -28,7 +28,7 @@ from tests.test_daemon import RunningDaemon
 FORBIDDEN = (
     "numpy",
     "onnxruntime",
-    "aiohttp",
+    "httptools",
     "rknnlite",
     "pydantic",
     "pydantic_core",

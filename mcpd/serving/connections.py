@@ -53,8 +53,8 @@ def connection_cap(configured: int, descriptors: int | None = None) -> int:
 
 class Acceptor:
     """Accepts connections on the listening sockets (the Unix socket, the `[serving] http` listener)
-    for `factory` (aiohttp's server) while fewer than `cap()` are open on all of them together;
-    `cap_name` says in the log what sets the cap."""
+    for `factory` (mcpd.serving.http's server) while fewer than `cap()` are open on all of them
+    together; `cap_name` says in the log what sets the cap."""
 
     def __init__(
         self,
@@ -129,7 +129,7 @@ class Acceptor:
     async def _connect(self, conn: socket.socket) -> None:
         assert self._loop is not None
         try:
-            await self._loop.connect_accepted_socket(lambda: _Counted(self.factory(), self), conn)
+            await self._loop.connect_accepted_socket(lambda: _counted(self.factory(), self), conn)
         except OSError:
             conn.close()
             self.closed()
@@ -140,7 +140,7 @@ class Acceptor:
 
 
 class _Counted(asyncio.Protocol):
-    """aiohttp's protocol, counted until its connection is lost."""
+    """The HTTP protocol, counted until its connection is lost."""
 
     def __init__(self, inner: asyncio.BaseProtocol, acceptor: Acceptor) -> None:
         self.inner = inner
@@ -164,3 +164,21 @@ class _Counted(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.acceptor.closed()
         self.inner.connection_lost(exc)
+
+
+class _CountedBuffered(_Counted, asyncio.BufferedProtocol):
+    """The same, for a protocol that receives into its own buffer."""
+
+    inner: asyncio.BufferedProtocol
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.inner.get_buffer(sizehint)  # type: ignore[return-value]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.inner.buffer_updated(nbytes)
+
+
+def _counted(inner: asyncio.BaseProtocol, acceptor: Acceptor) -> _Counted:
+    if isinstance(inner, asyncio.BufferedProtocol):
+        return _CountedBuffered(inner, acceptor)
+    return _Counted(inner, acceptor)

@@ -3,20 +3,17 @@ shared memory and model repository extensions, and mcpd's own status and metrics
 (docs/serving-protocol.md §1, §2).
 
 Every error is the protocol's {"error": "..."} with the status Triton would use; nothing a client
-sends can raise past the middleware.
+sends can raise past the router (mcpd.serving.routes), which the HTTP server (mcpd.serving.http)
+calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
-
-from aiohttp import web
 
 from mcpd import __version__
 from mcpd.config import DaemonSection
@@ -25,12 +22,12 @@ from mcpd.serving.errors import RequestError
 from mcpd.serving.limits import JSON_ADVICE, Bodies
 from mcpd.serving.peers import Peers
 from mcpd.serving.repository import Repository
+from mcpd.serving.request import Request
+from mcpd.serving.routes import JSON, Response, Route, Router, error, get, post, reply
 from mcpd.serving.shm import SharedMemory
 from mcpd.serving.statistics import Timing
 from mcpd.serving.worker import ModelWorker, Outputs, Pending
 from mcpd.status import StatusDocument
-
-log = logging.getLogger("mcpd.serving")
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -39,34 +36,7 @@ EXTENSIONS = [
     "statistics",
     "model_configuration",
 ]
-JSON = "application/json"
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error(message: str, status: int) -> web.Response:
-    return web.Response(status=status, text=json.dumps({"error": message}), content_type=JSON)
-
-
-def reply(document: object, status: int = 200) -> web.Response:
-    return web.Response(status=status, text=json.dumps(document), content_type=JSON)
-
-
-@web.middleware
-async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except RequestError as exc:
-        response = error(exc.message, exc.status)
-        if exc.status in (408, 413):  # the rest of the body is not read: nothing else can follow
-            response.force_close()
-        return response
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error(f"{exc.reason}: {request.method} {request.path}", exc.status)
-    except Exception as exc:  # a bug in a handler must not take the daemon down
-        log.exception("%s %s failed", request.method, request.path)
-        return error(f"internal error: {type(exc).__name__}: {exc}", 500)
+OK = Response()
 
 
 class Endpoints:
@@ -84,67 +54,61 @@ class Endpoints:
         self.exposition = metrics.Exposition(status, repository.stats)
         self.peers = Peers()
 
-    def _peer_uid(self, request: web.Request) -> int | None:
+    def _peer_uid(self, request: Request) -> int | None:
         return self.peers.uid(request.transport)
 
-    def application(self) -> web.Application:
-        # Bodies are read by Bodies.read, which applies the limits; aiohttp's own limit is off.
-        app = web.Application(client_max_size=0, middlewares=[protocol_errors])
+    def router(self) -> Router:
         model = "/v2/models/{name}"
         versioned = "/v2/models/{name}/versions/{version}"
         shm = "/v2/systemsharedmemory"
         cuda = "/v2/cudasharedmemory"
-        app.router.add_routes(
-            [
-                # The inference routes first: the router tries routes in order.
-                *(web.post(f"{prefix}/infer", self.infer) for prefix in (model, versioned)),
-                # Before model metadata, which would take "stats" for a model's name.
-                web.get("/v2/models/stats", self.all_stats),
-                *(web.get(f"{prefix}/stats", self.model_stats) for prefix in (model, versioned)),
-                *(web.get(f"{prefix}/config", self.model_config) for prefix in (model, versioned)),
-                web.get("/v2", self.server_metadata),
-                web.get("/v2/health/live", self.live),
-                web.get("/v2/health/ready", self.ready),
-                *(web.get(prefix, self.model_metadata) for prefix in (model, versioned)),
-                *(web.get(f"{prefix}/ready", self.model_ready) for prefix in (model, versioned)),
-                web.post("/v2/repository/index", self.index),
-                web.post("/v2/repository/models/{name}/load", self.load),
-                web.post("/v2/repository/models/{name}/unload", self.unload),
-                web.get(f"{shm}/status", self.shm_status),
-                web.get(f"{shm}/region/{{region}}/status", self.shm_status),
-                web.post(f"{shm}/region/{{region}}/register", self.shm_register),
-                web.post(f"{shm}/unregister", self.shm_unregister),
-                web.post(f"{shm}/region/{{region}}/unregister", self.shm_unregister),
-                web.get(f"{cuda}/status", self.cuda_status),
-                web.get(f"{cuda}/region/{{region}}/status", self.cuda_status),
-                web.post(f"{cuda}/region/{{region}}/register", self.cuda_register),
-                web.post(f"{cuda}/unregister", self.cuda_unregister),
-                web.post(f"{cuda}/region/{{region}}/unregister", self.cuda_unregister),
-                web.get("/v2/mcpd/status", self.mcpd_status),
-                web.get("/metrics", self.metrics),
-            ]
-        )
-        return app
+        routes: list[Route] = [
+            # The inference routes first: routes are tried in order.
+            *(post(f"{prefix}/infer", self.infer) for prefix in (model, versioned)),
+            # Before model metadata, which would take "stats" for a model's name.
+            get("/v2/models/stats", self.all_stats),
+            *(get(f"{prefix}/stats", self.model_stats) for prefix in (model, versioned)),
+            *(get(f"{prefix}/config", self.model_config) for prefix in (model, versioned)),
+            get("/v2", self.server_metadata),
+            get("/v2/health/live", self.live),
+            get("/v2/health/ready", self.ready),
+            *(get(prefix, self.model_metadata) for prefix in (model, versioned)),
+            *(get(f"{prefix}/ready", self.model_ready) for prefix in (model, versioned)),
+            post("/v2/repository/index", self.index),
+            post("/v2/repository/models/{name}/load", self.load),
+            post("/v2/repository/models/{name}/unload", self.unload),
+            get(f"{shm}/status", self.shm_status),
+            get(f"{shm}/region/{{region}}/status", self.shm_status),
+            post(f"{shm}/region/{{region}}/register", self.shm_register),
+            post(f"{shm}/unregister", self.shm_unregister),
+            post(f"{shm}/region/{{region}}/unregister", self.shm_unregister),
+            get(f"{cuda}/status", self.cuda_status),
+            get(f"{cuda}/region/{{region}}/status", self.cuda_status),
+            post(f"{cuda}/region/{{region}}/register", self.cuda_register),
+            post(f"{cuda}/unregister", self.cuda_unregister),
+            post(f"{cuda}/region/{{region}}/unregister", self.cuda_unregister),
+            get("/v2/mcpd/status", self.mcpd_status),
+            get("/metrics", self.metrics),
+        ]
+        return Router(routes)
 
-    def metrics_application(self) -> web.Application:
+    def metrics_router(self) -> Router:
         """The `[metrics] listen` port: GET /metrics and nothing else (404 names the one path)."""
-        app = web.Application(middlewares=[protocol_errors])
-        app.router.add_get("/metrics", self.metrics)
-        return app
+        return Router([get("/metrics", self.metrics)])
 
     # -- health and metadata ---------------------------------------------------------------------
 
-    async def server_metadata(self, request: web.Request) -> web.Response:
+    async def server_metadata(self, request: Request) -> Response:
         return reply({"name": "mcpd", "version": __version__, "extensions": EXTENSIONS})
 
-    async def live(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+    async def live(self, request: Request) -> Response:
+        return OK
 
-    async def ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.repository.all_ready else 400)
+    async def ready(self, request: Request) -> Response:
+        return Response(200 if self.repository.all_ready else 400)
 
-    async def model_metadata(self, request: web.Request) -> web.Response:
-        name, version = request.match_info["name"], request.match_info.get("version")
+    async def model_metadata(self, request: Request) -> Response:
+        name, version = request.params["name"], request.params.get("version")
         _, worker = self.repository.serving(name, version)
         backend = worker.backend
         return reply(
@@ -157,53 +121,53 @@ class Endpoints:
             }
         )
 
-    async def model_ready(self, request: web.Request) -> web.Response:
-        entry = self.repository.get(request.match_info["name"], request.match_info.get("version"))
-        return web.Response(status=200 if entry.worker is not None else 400)
+    async def model_ready(self, request: Request) -> Response:
+        entry = self.repository.get(request.params["name"], request.params.get("version"))
+        return Response(200 if entry.worker is not None else 400)
 
-    async def index(self, request: web.Request) -> web.Response:
+    async def index(self, request: Request) -> Response:
         body = await self._json_object(request, "the index request", empty=True)
         return reply(model_control.index(self.repository.entries, body))
 
-    async def load(self, request: web.Request) -> web.Response:
+    async def load(self, request: Request) -> Response:
         """Load a model of the configuration again from its file; 200 once it serves."""
         model_control.check_load(await self._json_object(request, "the load request", empty=True))
-        await self.repository.load(request.match_info["name"])
-        return web.Response(status=200)
+        await self.repository.load(request.params["name"])
+        return OK
 
-    async def unload(self, request: web.Request) -> web.Response:
+    async def unload(self, request: Request) -> Response:
         body = await self._json_object(request, "the unload request", empty=True)
         model_control.check_unload(body)
-        await self.repository.unload(request.match_info["name"])
-        return web.Response(status=200)
+        await self.repository.unload(request.params["name"])
+        return OK
 
     # -- Triton's statistics and model configuration (docs/serving-protocol.md §8.3, §8.4) --------
 
-    async def all_stats(self, request: web.Request) -> web.Response:
+    async def all_stats(self, request: Request) -> Response:
         entries = self.repository.entries.items()
         return reply(model_reports.all_stats({n: e.statistics.snapshot() for n, e in entries}))
 
-    async def model_stats(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        entry = self.repository.get(name, request.match_info.get("version"))
+    async def model_stats(self, request: Request) -> Response:
+        name = request.params["name"]
+        entry = self.repository.get(name, request.params.get("version"))
         return reply(model_reports.all_stats({name: entry.statistics.snapshot()}))
 
-    async def model_config(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        entry, worker = self.repository.serving(name, request.match_info.get("version"))
+    async def model_config(self, request: Request) -> Response:
+        name = request.params["name"]
+        entry, worker = self.repository.serving(name, request.params.get("version"))
         return reply(model_reports.model_config(entry.config, worker.backend))
 
     # -- inference -------------------------------------------------------------------------------
 
-    async def infer(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        entry, worker = self.repository.serving(name, request.match_info.get("version"))
+    async def infer(self, request: Request) -> Response:
+        name = request.params["name"]
+        entry, worker = self.repository.serving(name, request.params.get("version"))
         interface = entry.interface
         assert interface is not None  # set together with the worker
         started = time.monotonic()
         try:
             header_length = values.header_length(
-                request.headers.get("Inference-Header-Content-Length")
+                request.headers.get("inference-header-content-length")
             )
             async with self._body(request, header_length) as body:
                 shm = self.shm.peer(self._peer_uid(request))
@@ -217,15 +181,16 @@ class Endpoints:
         entry.statistics.succeeded(round(elapsed * 1e9), timing)
         entry.latencies.append(elapsed)
         if json_length is None:
-            return web.Response(body=payload, content_type=JSON)
-        return web.Response(
-            body=payload,
-            content_type="application/octet-stream",
-            headers={"Inference-Header-Content-Length": str(json_length)},
+            return Response(200, payload, JSON)
+        return Response(
+            200,
+            payload,
+            "application/octet-stream",
+            {"Inference-Header-Content-Length": str(json_length)},
         )
 
     def _body(
-        self, request: web.Request, header_length: int | None
+        self, request: Request, header_length: int | None
     ) -> contextlib.AbstractAsyncContextManager[bytearray]:
         """A request's JSON is parsed on the event loop, holding the interpreter the control loop
         needs too (BENCHMARKS.md): it has a smaller limit than binary tensors."""
@@ -241,7 +206,7 @@ class Endpoints:
         return self.bodies.read(request, daemon.max_request_bytes, "max_request_bytes")
 
     async def _json_object(
-        self, request: web.Request, what: str = "the request", empty: bool = False
+        self, request: Request, what: str = "the request", empty: bool = False
     ) -> dict[str, Any]:
         """The body's JSON object; with `empty`, an empty body is `{}`."""
         async with self.bodies.read(
@@ -280,10 +245,10 @@ class Endpoints:
 
     # -- shared memory ---------------------------------------------------------------------------
 
-    async def shm_status(self, request: web.Request) -> web.Response:
-        return reply(self.shm.status(request.match_info.get("region"), self._peer_uid(request)))
+    async def shm_status(self, request: Request) -> Response:
+        return reply(self.shm.status(request.params.get("region"), self._peer_uid(request)))
 
-    async def shm_register(self, request: web.Request) -> web.Response:
+    async def shm_register(self, request: Request) -> Response:
         body = await self._json_object(request)
         key = body.get("key")
         if not isinstance(key, str):
@@ -296,36 +261,36 @@ class Endpoints:
                 "shared memory registration needs a client whose user mcpd can tell: one on the "
                 "Unix socket or on a loopback address of [serving] http"
             )
-        self.shm.register(request.match_info["region"], key, offset, size, uid)
-        return web.Response(status=200)
+        self.shm.register(request.params["region"], key, offset, size, uid)
+        return OK
 
-    async def shm_unregister(self, request: web.Request) -> web.Response:
-        self.shm.unregister(request.match_info.get("region"), self._peer_uid(request))
-        return web.Response(status=200)
+    async def shm_unregister(self, request: Request) -> Response:
+        self.shm.unregister(request.params.get("region"), self._peer_uid(request))
+        return OK
 
     # CUDA shared memory (§8.5): answered as a Triton without CUDA memory answers, because
     # perf_analyzer unregisters all of it at start and end, whatever --shared-memory says.
 
-    async def cuda_status(self, request: web.Request) -> web.Response:
-        region = request.match_info.get("region")
+    async def cuda_status(self, request: Request) -> Response:
+        region = request.params.get("region")
         if region is not None:
             raise RequestError(f"Unable to find cuda shared memory region: {region!r}", 404)
         return reply([])
 
-    async def cuda_register(self, request: web.Request) -> web.Response:
+    async def cuda_register(self, request: Request) -> Response:
         raise RequestError("CUDA shared memory is not supported: mcpd has no CUDA memory", 501)
 
-    async def cuda_unregister(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+    async def cuda_unregister(self, request: Request) -> Response:
+        return OK
 
     # -- mcpd ------------------------------------------------------------------------------------
 
-    async def mcpd_status(self, request: web.Request) -> web.Response:
+    async def mcpd_status(self, request: Request) -> Response:
         document = self.status()
         if document is None:
             return error("the governor has not published its status yet; try again", 503)
         return reply(document)
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        body, content_type = self.exposition.render(request.headers.get("Accept", ""))
-        return web.Response(body=body, headers={"Content-Type": content_type})
+    async def metrics(self, request: Request) -> Response:
+        body, content_type = self.exposition.render(request.headers.get("accept", ""))
+        return Response(200, body, content_type)

@@ -1,25 +1,23 @@
 """What clients together may take from the daemon besides connections (connections.py): memory for
 request bodies, and log lines.
 
-The governor shares the process, so the bodies held at once are bounded, and repeated log lines
-from asyncio, aiohttp and the connection cap are throttled (a connection flood used to log each
-failed accept: 133 MB of journal in 50 s, issue 11).
+The bodies held at once are bounded (the serving process's memory is the board's), and repeated
+log lines from asyncio, the HTTP server and the connection cap are throttled (a connection flood
+used to log each failed accept: 133 MB of journal in 50 s, issue 11).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from aiohttp import web
-
 from mcpd.config import DaemonSection
 from mcpd.serving.errors import RequestError
+from mcpd.serving.request import BodyTimeout, BodyTooLarge, Request
 
-THROTTLED_LOGGERS = ("asyncio", "aiohttp.server", "aiohttp.access", "mcpd.serving.connections")
+THROTTLED_LOGGERS = ("asyncio", "mcpd.serving.http", "mcpd.serving.connections")
 LOG_INTERVAL_S = 10.0
 
 
@@ -84,7 +82,7 @@ class Bodies:
 
     @contextlib.asynccontextmanager
     async def read(
-        self, request: web.Request, limit: int, setting: str, advice: str = ""
+        self, request: Request, limit: int, setting: str, advice: str = ""
     ) -> AsyncIterator[bytearray]:
         """The body, held against the budget until the block ends (the request's arrays view it)."""
         size = request.content_length
@@ -94,10 +92,11 @@ class Bodies:
         held = limit if size is None else size
         self._take(held)
         try:
-            timeout = self.daemon.body_timeout_ms / 1000
             try:
-                body = await asyncio.wait_for(_read(request, limit, setting, advice), timeout)
-            except asyncio.TimeoutError:
+                body = await request.body(limit, self.daemon.body_timeout_ms / 1000)
+            except BodyTooLarge as exc:
+                raise _too_large(exc.size, limit, setting, advice) from None
+            except BodyTimeout:
                 raise RequestError(
                     f"the request body did not arrive within {self.daemon.body_timeout_ms} ms "
                     "([daemon] body_timeout_ms)",
@@ -118,15 +117,6 @@ class Bodies:
                 503,
             )
         self.held += size
-
-
-async def _read(request: web.Request, limit: int, setting: str, advice: str) -> bytearray:
-    body = bytearray()
-    async for chunk in request.content.iter_any():
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(len(body), limit, setting, advice)
-    return body  # not bytes(body): that would hold it twice
 
 
 def _too_large(size: int, limit: int, setting: str, advice: str = "") -> RequestError:

@@ -9,16 +9,16 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 
-from aiohttp import web
-
 from mcpd.config import Config, tcp_listeners
 from mcpd.events import EventBus
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.optimize.background import Optimizer
 from mcpd.serving.connections import SOCKET_CAP, Acceptor, connection_cap
 from mcpd.serving.endpoints import Endpoints
+from mcpd.serving.http import HttpServer
 from mcpd.serving.limits import Throttle
 from mcpd.serving.repository import Repository
+from mcpd.serving.routes import Router
 from mcpd.serving.shm import SharedMemory
 from mcpd.snapshot import ModelStats
 from mcpd.status import StatusDocument
@@ -30,8 +30,7 @@ SHUTDOWN_TIMEOUT_S = 10.0
 LINGER_S = 1.0
 """How long the rest of a body the handler did not read (an error answered early) is read and
 dropped before the connection closes, so that a client still sending can read the answer; long
-enough for a local client, short enough that a slow one cannot hold its connection (aiohttp's
-default is 10 s)."""
+enough for a local client, short enough that a slow one cannot hold its connection."""
 STATUS_POLL_S = 0.1
 """How often the GPU check looks for the governor's first status document (published a few
 times a second)."""
@@ -69,8 +68,8 @@ class InferenceService:
         self.connections: Acceptor | None = None
         self.scrapes: Acceptor | None = None
         """Connections on the `[metrics] listen` port."""
-        self._runner: web.AppRunner | None = None
-        self._metrics_runner: web.AppRunner | None = None
+        self._server: HttpServer | None = None
+        self._metrics_server: HttpServer | None = None
         self._given = listener
         """A socket someone else holds (the governor): used as it is, never bound or removed."""
         self._given_tcp = dict(tcp or {})
@@ -88,14 +87,14 @@ class InferenceService:
         self.throttle.install()
         cap = connection_cap(self.config.daemon.max_connections)
         listening = [self._listener.sock] + ([self._tcp["http"]] if "http" in self._tcp else [])
-        self._runner, self.connections = await self._serve(
-            self.endpoints.application(),
+        self._server, self.connections = self._serve(
+            self.endpoints.router(),
             listening,
             lambda: min(cap, self.config.daemon.max_connections),
         )
         if "metrics" in self._tcp:
-            self._metrics_runner, self.scrapes = await self._serve(
-                self.endpoints.metrics_application(),
+            self._metrics_server, self.scrapes = self._serve(
+                self.endpoints.metrics_router(),
                 [self._tcp["metrics"]],
                 lambda: METRICS_CONNECTIONS,
                 "the [metrics] listen port's",
@@ -108,31 +107,17 @@ class InferenceService:
         self.gpu_check = asyncio.create_task(self._warn_if_gpu_unused())
         await self.repository.apply(self.config.models)
 
-    async def _serve(
+    def _serve(
         self,
-        application: web.Application,
+        router: Router,
         listening: list[socket.socket],
         cap: Callable[[], int],
         cap_name: str = SOCKET_CAP,
-    ) -> tuple[web.AppRunner, Acceptor]:
-        # handler_cancellation: a client that disconnects cancels its handler, which takes its
-        # request out of the queue. keepalive_timeout: aiohttp closes a connection that has not
-        # completed a request's header this long after connecting or after its last response
-        # (a half-sent header included), which makes it the header timeout.
-        runner = web.AppRunner(
-            application,
-            handle_signals=False,
-            access_log=None,
-            handler_cancellation=True,
-            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-            keepalive_timeout=self.config.daemon.header_timeout_ms / 1000,
-            lingering_time=LINGER_S,
-        )
-        await runner.setup()
-        assert runner.server is not None  # made by setup()
-        acceptor = Acceptor(listening, runner.server, cap, cap_name)
+    ) -> tuple[HttpServer, Acceptor]:
+        server = HttpServer(router, self.config.daemon.header_timeout_ms / 1000, LINGER_S)
+        acceptor = Acceptor(listening, server, cap, cap_name)
         acceptor.start()
-        return runner, acceptor
+        return server, acceptor
 
     async def _warn_if_gpu_unused(self) -> None:
         """A Jetson serving on the CPU because its onnxruntime lacks the GPU providers says so
@@ -154,13 +139,10 @@ class InferenceService:
         for acceptor in (self.connections, self.scrapes):
             if acceptor is not None:
                 acceptor.stop()  # answers in flight go on
-        runners = [r for r in (self._runner, self._metrics_runner) if r is not None]
-        for runner in runners:
-            await runner.shutdown()
+        servers = [s for s in (self._server, self._metrics_server) if s is not None]
+        await asyncio.gather(*(server.shutdown(SHUTDOWN_TIMEOUT_S) for server in servers))
         await self.repository.close()
-        for runner in runners:
-            await runner.cleanup()
-        self._runner = self._metrics_runner = None
+        self._server = self._metrics_server = None
         self.shm.close()
         self.throttle.remove()
         if self._listener is not None:

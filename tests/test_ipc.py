@@ -1,0 +1,136 @@
+"""The protocol between the governor and serving processes (mcpd/ipc.py): the shared block and
+the socket pair, each end as the other process sees it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from mcpd import ipc
+from tests.mqtt_status import FakeBoard
+
+
+@pytest.fixture
+def ends() -> Iterator[tuple[ipc.Channel, ipc.Channel]]:
+    """The governor's end and the serving process's, closed after the test."""
+    governor, theirs = ipc.Channel.pair()
+    serving = ipc.Channel(theirs)
+    yield governor, serving
+    governor.close()
+    serving.close()
+
+
+def test_messages_keep_their_boundaries_and_order_and_a_closed_peer_is_none(
+    ends: tuple[ipc.Channel, ipc.Channel],
+) -> None:
+    governor, serving = ends
+    assert governor.send({"kind": "config", "config": {"a": 1}, "slots": {"m": 0}})
+    assert serving.send({"kind": "ready"})
+    assert serving.send({"kind": "stats", "models": {"m": {"requests": 3}}})
+    assert serving.receive() == [{"kind": "config", "config": {"a": 1}, "slots": {"m": 0}}]
+    assert [m["kind"] for m in governor.receive() or []] == ["ready", "stats"]
+    assert governor.receive() == []  # nothing waiting: no block, no None
+    serving.close()
+    assert governor.receive() is None
+
+
+def test_a_message_too_big_is_refused_naming_its_kind(
+    ends: tuple[ipc.Channel, ipc.Channel],
+) -> None:
+    governor, _ = ends
+    with pytest.raises(ipc.IpcError, match=r"a config message of \d+ bytes is too big"):
+        governor.send({"kind": "config", "config": "x" * ipc.MESSAGE_BYTES})
+
+
+def test_sending_never_blocks_the_governor_on_a_serving_process_that_does_not_read(
+    ends: tuple[ipc.Channel, ipc.Channel],
+) -> None:
+    governor, serving = ends
+    message = {"kind": "config", "config": "x" * 60_000}
+    sent = [governor.send(message) for _ in range(200)]
+    assert not all(sent) and governor.dropped == sent.count(False)
+    received = serving.receive()
+    assert received is not None and len(received) == sent.count(True)
+
+
+def test_a_datagram_that_is_not_a_message_is_skipped(
+    ends: tuple[ipc.Channel, ipc.Channel],
+) -> None:
+    governor, serving = ends
+    serving.sock.send(b"\xff not json")
+    serving.sock.send(b"[1, 2]")
+    serving.sock.send(b'{"kind": "ready"}')
+    assert governor.receive() == [{"kind": "ready"}]
+
+
+@pytest.fixture
+def blocks() -> Iterator[tuple[ipc.SharedBlock, ipc.SharedBlock]]:
+    """The governor's block and the serving process's view of it (the child maps its copy of
+    the same memfd)."""
+    governor = ipc.SharedBlock.create()
+    serving = ipc.SharedBlock(os.dup(governor.fd), create=False)
+    yield governor, serving
+    serving.close()
+    governor.close()
+
+
+def test_batch_sizes_and_the_status_document_cross_the_block(
+    blocks: tuple[ipc.SharedBlock, ipc.SharedBlock],
+) -> None:
+    governor, serving = blocks
+    assert serving.status() is None  # before the governor's first document
+    assert serving.batch(3) == 0  # unset
+    governor.set_batch(3, 16)
+    document = FakeBoard()()
+    governor.set_status(document)
+    assert serving.batch(3) == 16
+    assert serving.status() == document
+
+
+def test_a_block_of_another_version_is_refused() -> None:
+    governor = ipc.SharedBlock.create()
+    struct.pack_into("=8s", governor._map, 0, b"MCPDIPC0")
+    copy = os.dup(governor.fd)
+    try:
+        with pytest.raises(ipc.IpcError, match="not this version's"):
+            ipc.SharedBlock(copy, create=False)
+    finally:
+        os.close(copy)
+        governor.close()
+
+
+def _sequence(block: ipc.SharedBlock, value: int, length: int) -> None:
+    struct.pack_into("=QI", block._map, ipc._STATUS_AT, value, length)
+
+
+def test_a_half_written_document_is_never_returned_and_never_spun_on(
+    blocks: tuple[ipc.SharedBlock, ipc.SharedBlock],
+) -> None:
+    """A sequence left odd (a governor that died half-way) or a copy whose bytes do not parse (the
+    arm64 store order) is read again, a bounded number of times: serving answers "no document"
+    rather than a traceback or a busy loop, and the next whole document is read as usual."""
+    governor, serving = blocks
+    first = FakeBoard()()
+    governor.set_status(first)
+    _, length = struct.unpack_from("=QI", governor._map, ipc._STATUS_AT)
+    _sequence(governor, 3, length)  # odd: being written
+    assert serving.status() is None
+    _sequence(governor, 4, length)
+    assert serving.status() == first
+    start = ipc._STATUS_AT + struct.calcsize("=QI")
+    governor._map[start : start + 10] = b'{"state":\x00'
+    assert serving.status() is None
+    _sequence(governor, 4, ipc.STATUS_BYTES + 1)  # a length no writer gives
+    assert serving.status() is None
+    second = {**first, "state": "lower"}
+    governor.set_status(second)  # type: ignore[arg-type]
+    assert serving.status() == second
+
+
+def test_the_pair_is_seqpacket(ends: tuple[ipc.Channel, ipc.Channel]) -> None:
+    """SOCK_SEQPACKET, as the protocol says: one recv, one message."""
+    assert all(end.sock.type == socket.SOCK_SEQPACKET for end in ends)
