@@ -125,7 +125,7 @@ BENCHES = {
 }
 
 
-class _Reader(CalibrationDataReader):  # type: ignore[misc]
+class SampleReader(CalibrationDataReader):  # type: ignore[misc]
     def __init__(self, name: str, samples: list[np.ndarray]) -> None:
         self._it = iter([{name: s[np.newaxis]} for s in samples])
 
@@ -154,7 +154,7 @@ def plain_variants(
                 quantize_static(
                     str(pre),
                     str(path),
-                    _Reader(name, calibration),
+                    SampleReader(name, calibration),
                     quant_format=QuantFormat.QDQ if fmt == "QDQ" else QuantFormat.QOperator,
                     activation_type=QuantType.QUInt8 if act == "U8S8" else QuantType.QInt8,
                     weight_type=QuantType.QInt8,

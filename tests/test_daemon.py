@@ -267,3 +267,42 @@ def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
         "governor resumed by command",
         "governor profile 'quiet' set by command",
     ]
+
+
+def test_the_first_samples_are_taken_before_the_services_start(tmp_path: Path) -> None:
+    """The first tick must not share the interpreter with the services' start (the serving
+    process spawned, the first status built): it was the run's slowest sample-to-write. And the
+    first status document the services publish has the board in it."""
+    import asyncio
+
+    from mcpd import config
+    from mcpd.governor.daemon import Daemon
+    from mcpd.sim import PROFILES, Simulator
+
+    sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
+    sim.build()
+    cfg = config.parse(
+        {
+            "daemon": {
+                "sysfs_root": str(sim.root),
+                "state_dir": str(tmp_path / "state"),
+                "runtime_dir": str(tmp_path / "run"),
+                "socket": str(tmp_path / "mcpd.sock"),
+            }
+        }
+    )
+    daemon = Daemon(lambda: cfg)
+    seen: list[tuple[bool, float | None]] = []
+
+    class Recorder:
+        async def start(self) -> None:
+            seen.append((daemon.loop.ready.is_set(), daemon.status()["temperature_c"]))
+            daemon._stop.set()
+
+        async def stop(self) -> None: ...
+
+        async def reload(self, config: config.Config) -> None: ...
+
+    daemon.services = [Recorder()]
+    assert asyncio.run(daemon.run()) == 0
+    assert len(seen) == 1 and seen[0][0] and seen[0][1] is not None

@@ -135,6 +135,10 @@ CASES: dict[str, tuple[Setup, str]] = {
         _flag("--target", "rk3588"),
         "--target rk3588 needs rknn-toolkit2 in its own virtual environment",
     ),
+    "layer analysis on cpu": (
+        _flag("--layer-analysis"),
+        "--layer-analysis: rknn-toolkit2's analysis, for the NPU targets only (not cpu",
+    ),
     "rk3588 int4": (_flag("--target", "rk3588", "--precision", "int4"), "take auto, int8 or fp16"),
     "unknown precision": (_flag("--precision", "int3"), "--precision 'int3': unknown precision"),
     "min cosine": (_flag("--min-cosine", "1.5"), "--min-cosine 1.5: must be between 0 and 1"),
@@ -248,6 +252,22 @@ def test_latencies_are_medians_of_interleaved_runs(tmp_path: Path) -> None:
     assert result == [1000.0, 1000.0]
     # The deadline, 5 rounds × 2 models × 2 readings, then one budget check that stops it.
     assert next(ticks) == 1 + 5 * 2 * 2 + 1
+
+
+def test_benchmark_sessions_take_config_entries_and_an_optimization_level(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from mcpd.optimize.measure import session
+
+    model = models.cnn(tmp_path / "a.onnx")
+    plain = session(model).get_session_options()
+    assert plain.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert plain.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    tuned = session(model, 0, {"session.x64quantprecision": "1"}, level).get_session_options()
+    assert tuned.get_session_config_entry("session.x64quantprecision") == "1"
+    assert tuned.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert tuned.graph_optimization_level == level
 
 
 def test_choice_is_the_fastest_accepted_and_never_slower_than_the_original(

@@ -200,15 +200,18 @@ class Daemon:
         )
         code = 0
         try:
-            # The first touch of the hardware, inside the try whose finally restores the caps; before
-            # the services, so that the first status document they publish has the board in it.
+            # The first touch of the hardware, inside the try whose finally restores the caps; and
+            # the first samples before the services start, so that the first status document they
+            # publish has the board in it, and the first tick does not share the interpreter with
+            # their start (the serving process spawned, the first status built): it was the run's
+            # slowest sample-to-write.
             self.loop.start()
-            for service in self.services:
-                await service.start()
             thread.start()
             if not await loop.run_in_executor(None, self.loop.ready.wait, READY_TIMEOUT_S):
                 log.error("no samples within %g s; giving up", READY_TIMEOUT_S)
                 return 1
+            for service in self.services:
+                await service.start()
             self.notifier.ready(status.line(self.loop.snapshot))
             self._announce()
             code = await self._main()

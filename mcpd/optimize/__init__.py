@@ -73,6 +73,12 @@ def add_parser(commands: Any) -> None:
         metavar="SECONDS",
         help="time for the optional search steps (default 150)",
     )
+    parser.add_argument(
+        "--layer-analysis",
+        action="store_true",
+        help="NPU targets: rknn-toolkit2's per-layer accuracy analysis of each build (its worst "
+        "layers in the table and in --json's 'layers')",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     # onnxruntime's quantizer logs advice to the root logger at warning level; progress is our own.
     parser.set_defaults(func=_run, default_level="error")

@@ -11,11 +11,18 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpd.optimize import PRECISIONS, ROCKCHIP, TARGETS
 from mcpd.optimize.interface import OptimizeError
+
+if TYPE_CHECKING:
+    from mcpd.optimize.layers import Layer
+
+LAYER_SAMPLES = 3  # held-out samples the toolkit's per-layer analysis runs on (each layer's worst)
+LAYERS_SHOWN = 10  # worst layers in the --json document (5 in the table)
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -38,13 +45,24 @@ def _options(args: argparse.Namespace) -> Any:
             raise OptimizeError(f"{flag} {value}: must be between 0 and 1")
     if not (math.isfinite(args.budget) and args.budget > 0):
         raise OptimizeError(f"--budget {args.budget}: must be a positive number of seconds")
+    if args.layer_analysis and args.target not in ROCKCHIP:
+        raise OptimizeError(
+            f"--layer-analysis: rknn-toolkit2's analysis, for the NPU targets only (not "
+            f"{args.target}; there the per-layer sensitivity is in the output when INT8 fails)"
+        )
     toolkit = None
     if args.target in ROCKCHIP:
         from mcpd.optimize.rockchip import toolkit_python
 
         toolkit = toolkit_python()
     return Options(
-        args.target, args.precision, args.min_cosine, args.min_top1, args.budget, toolkit
+        args.target,
+        args.precision,
+        args.min_cosine,
+        args.min_top1,
+        args.budget,
+        toolkit,
+        LAYER_SAMPLES if args.layer_analysis else 0,
     )
 
 
@@ -82,6 +100,25 @@ def _ratio(reference: float | None, candidate: float | None) -> float | None:
     return round(reference / candidate, 3) if reference and candidate else None
 
 
+def _layers(analysed: Sequence[Layer] | None, count: int) -> list[dict[str, Any]] | None:
+    from mcpd.optimize.layers import worst_first
+
+    if analysed is None:
+        return None
+    return [
+        {
+            "name": layer.name,
+            "op_type": layer.op_type,
+            "single_cosine": layer.single_cosine,
+            "single_euclidean": layer.single_euclidean,
+            "entire_cosine": layer.entire_cosine,
+            "entire_euclidean": layer.entire_euclidean,
+            "note": layer.note,
+        }
+        for layer in worst_first(analysed)[:count]
+    ]
+
+
 def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str, Any]:
     """The --json document (keys are only ever added)."""
     chosen = outcome.chosen
@@ -114,6 +151,7 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
                 "fp32_nodes": len(c.fp32_nodes),
                 "accepted": c.accepted,
                 "chosen": c is chosen,
+                "layers": _layers(c.layers, LAYERS_SHOWN),
             }
             for c in outcome.candidates
         ],
@@ -121,6 +159,7 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
             {"node": s.node, "op_type": s.op_type, "added_error": s.added_error}
             for s in outcome.sensitivity[:10]
         ],
+        "layers": _layers(chosen.layers, LAYERS_SHOWN),
     }
 
 
@@ -139,6 +178,15 @@ def table(doc: dict[str, Any]) -> str:
             f"{'x' if c['speedup'] is not None else ' '} "
             f"{c['cosine_min']:8.4f} {c['max_abs']:9.3g} {cell(c['top1_agreement'], '6.3f')}{mark}"
         )
+    for c in doc["candidates"]:
+        if c["layers"]:
+            lines.append(f"worst layers of {c['name']} (single-layer cosine, entire, note):")
+            lines.extend(
+                f"  {'[' + layer['op_type'] + '] ' + layer['name']:<60} "
+                f"{cell(layer['single_cosine'], '8.5f')} {cell(layer['entire_cosine'], '8.5f')}"
+                f"{'  ' + layer['note'] if layer['note'] else ''}"
+                for layer in c["layers"][:5]
+            )
     speedup = "" if doc["speedup"] is None else f", {doc['speedup']:.2f}x"
     lines.append(f"wrote {doc['output']} ({doc['precision']}{speedup})")
     return "\n".join(lines)

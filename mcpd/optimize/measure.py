@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,14 @@ class Accuracy:
         return self.cosine_min >= min_cosine and top1_ok
 
 
-def session(path: Path, threads: int = 0) -> ort.InferenceSession:
+def session(
+    path: Path,
+    threads: int = 0,
+    config: Mapping[str, str] | None = None,
+    level: ort.GraphOptimizationLevel | None = None,
+) -> ort.InferenceSession:
+    """A CPU session as mcpd times it; `config` (session config entries) and `level` (graph
+    optimization) are for benchmarks that compare session settings."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3  # quantized graphs make onnxruntime chatty about fusions
@@ -42,6 +49,10 @@ def session(path: Path, threads: int = 0) -> ort.InferenceSession:
     # in turn, one model's spinning threads steal the cores from the next (measured here: 5 ms
     # models timed at 20–40 ms).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
+    if level is not None:
+        options.graph_optimization_level = level
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -57,10 +68,20 @@ def latencies_ms(
     budget_s: float = 20.0,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
-    """Median latency of each model at batch 1, measured side by side: one run of each per round
-    (after two warm-up runs each), so the machine's noise falls on all of them alike. At least 5
-    rounds; more until `rounds` or `budget_s`."""
-    runners = [session(path) for path in paths]
+    """Median latency of each model at batch 1, measured side by side (side_by_side_ms)."""
+    return side_by_side_ms([session(path) for path in paths], sample, rounds, budget_s, clock)
+
+
+def side_by_side_ms(
+    runners: list[ort.InferenceSession],
+    sample: Sample,
+    rounds: int = 20,
+    budget_s: float = 20.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """Median latency of each session: one run of each per round (after two warm-up runs each),
+    so the machine's noise falls on all of them alike. At least 5 rounds; more until `rounds` or
+    `budget_s`."""
     for runner in runners:
         for _ in range(2):
             runner.run(None, sample)

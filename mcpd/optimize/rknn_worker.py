@@ -5,18 +5,23 @@ only the toolkit and numpy.
     TOOLKIT_PYTHON rknn_worker.py JOB.json
 
 Every toolkit call reports failure by a non-zero return code (inference by None); each is
-checked and the first failure ends the job with one line on stderr and exit status 1. The API is
-rknn-toolkit2's (airockchip/rknn-toolkit2, doc/ user guide): config, load_onnx, build, export_rknn,
-init_runtime() with no target = the simulator, inference.
+checked and the first failure ends the job with one line on stderr and exit status 1 (3 for the
+accuracy analysis). The API is rknn-toolkit2's (airockchip/rknn-toolkit2, doc/ user guide):
+config, load_onnx, build, export_rknn, init_runtime() with no target = the simulator, inference,
+and accuracy_analysis(inputs=one path per model input, output_dir=...), which with no target
+also runs in the simulator (docs/optimizer.md).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import numpy as np
 from rknn.api import RKNN
+
+ANALYSIS_FAILED = 3  # mcpd.optimize.rockchip reads this exit status
 
 
 def _check(ret: object, step: str) -> None:
@@ -57,6 +62,20 @@ def main(job_path: str) -> None:
             print(f"rknn-toolkit2 inference failed on sample {index}", file=sys.stderr)
             sys.exit(1)
         np.savez(f"{job['results']}/{index}.npz", *outputs)
+    # Per-layer analysis (asked for): one output folder per sample, each with the toolkit's
+    # error_analysis.txt. Its failure is its own exit status, so that mcpd reports it as such
+    # instead of skipping a build that worked.
+    analysis = job.get("analysis")
+    for index, paths in enumerate(analysis["samples"] if analysis else []):
+        folder = f"{analysis['folder']}/{index}"
+        ret = rknn.accuracy_analysis(inputs=paths, output_dir=folder)
+        if ret != 0:
+            print(f"rknn-toolkit2 accuracy_analysis failed (return code {ret})", file=sys.stderr)
+            sys.exit(ANALYSIS_FAILED)
+        # Every layer's float and simulated output, as text: gigabytes for a large model, and
+        # only error_analysis.txt is read.
+        for snapshots in ("golden", "simulator"):
+            shutil.rmtree(f"{folder}/{snapshots}", ignore_errors=True)
     rknn.release()
 
 

@@ -7,7 +7,9 @@ from its own virtual environment (`MCPD_RKNN_PYTHON`, else ~/.local/share/mcpd/r
 through rknn_worker.py and a job file (this module is not named rknn.py: the worker's folder is on
 its path, and would shadow the toolkit's `rknn` package). Candidates, in order: INT8 with the `normal` algorithm,
 INT8 with `mmse` (slower to build, often more accurate), FP16 (no quantization); the first that
-meets the gate is written. The NPU's speed is not measured (the simulator is not the NPU)."""
+meets the gate is written. The NPU's speed is not measured (the simulator is not the NPU). Asked for,
+each build also runs the toolkit's per-layer accuracy analysis on the first few held-out samples
+(layers.py reads it)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ import json
 import os
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from mcpd.optimize import layers
 from mcpd.optimize.interface import Interface, OptimizeError
 from mcpd.optimize.measure import Accuracy, Outputs, compare
 from mcpd.optimize.samples import Sample
@@ -30,6 +34,16 @@ ALGORITHMS: tuple[tuple[str, str | None], ...] = (
     ("int8", "mmse"),
     ("fp16", None),
 )
+ANALYSIS_FAILED = 3  # rknn_worker.py's exit status when accuracy_analysis fails
+
+
+@dataclass(frozen=True)
+class Build:
+    label: str
+    precision: str
+    path: Path
+    accuracy: Accuracy | None  # None: the toolkit could not build or run it
+    layers: tuple[layers.Layer, ...] | None = None  # the per-layer analysis, when asked
 
 
 def toolkit_python() -> Path:
@@ -75,9 +89,11 @@ def convert(
     progress: Callable[[str], None],
     python: Path,
     precisions: tuple[str, ...] = ("int8", "fp16"),
-) -> list[tuple[str, str, Path, Accuracy | None]]:
-    """Candidates as (label, precision, .rknn path, accuracy or None if it failed), built until
-    one meets the gate."""
+    layer_samples: int = 0,
+) -> list[Build]:
+    """Candidates, built until one meets the gate, each with the toolkit's per-layer analysis on
+    the first `layer_samples` held-out samples (none: 0). Raises OptimizeError when an analysis
+    that was asked for fails or cannot be read."""
     dataset = workdir / "dataset.txt"
     dataset.write_text(
         "".join(" ".join(row) + "\n" for row in _write_samples(calibration, workdir / "cal"))
@@ -85,7 +101,7 @@ def convert(
     held_out = _write_samples(validation, workdir / "val")
     names = [s.name for s in spec.inputs]
     shapes = [list(calibration[0][name].shape) for name in names]
-    results: list[tuple[str, str, Path, Accuracy | None]] = []
+    results: list[Build] = []
     for precision, algorithm in (a for a in ALGORITHMS if a[0] in precisions):
         label = f"rknn {precision}" + (f" {algorithm}" if algorithm else "")
         progress(f"building {label} for {target} (rknn-toolkit2)")
@@ -93,6 +109,7 @@ def convert(
         answers = workdir / f"answers-{precision}-{algorithm}"
         answers.mkdir()
         job = workdir / f"job-{precision}-{algorithm}.json"
+        analysis = workdir / f"analysis-{precision}-{algorithm}"
         job.write_text(
             json.dumps(
                 {
@@ -105,23 +122,30 @@ def convert(
                     "output": str(out),
                     "validation": held_out,
                     "results": str(answers),
+                    "analysis": {"samples": held_out[:layer_samples], "folder": str(analysis)}
+                    if layer_samples
+                    else None,
                 }
             )
         )
         run = subprocess.run(
             [str(python), str(WORKER), str(job)], capture_output=True, text=True, check=False
         )
+        lines = run.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"exit status {run.returncode}"
+        if run.returncode == ANALYSIS_FAILED:
+            raise OptimizeError(f"{label}: {why}")
         if run.returncode != 0:
-            lines = run.stderr.strip().splitlines()
-            progress(f"{label}: failed ({lines[-1] if lines else run.returncode}); skipped")
-            results.append((label, precision, out, None))
+            progress(f"{label}: failed ({why}); skipped")
+            results.append(Build(label, precision, out, None))
             continue
         got = []
         for index in range(len(validation)):
             with np.load(answers / f"{index}.npz") as archive:
                 got.append([archive[f"arr_{i}"] for i in range(len(archive.files))])
         accuracy = compare(reference, got, spec.outputs)
-        results.append((label, precision, out, accuracy))
+        analysed = layers.read(analysis, len(held_out[:layer_samples])) if layer_samples else None
+        results.append(Build(label, precision, out, accuracy, analysed))
         ok = gate(accuracy)
         progress(
             f"{label}: cosine {accuracy.cosine_min:.4f} in the simulator — "

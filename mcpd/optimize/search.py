@@ -27,6 +27,7 @@ from mcpd.optimize.interface import (
     interface,
     restore_interface,
 )
+from mcpd.optimize.layers import Layer, describe, worst_first
 from mcpd.optimize.measure import Accuracy, Outputs, compare, latencies_ms, outputs
 from mcpd.optimize.samples import Sample
 from mcpd.optimize.sensitivity import Sensitivity, rank
@@ -44,6 +45,7 @@ class Options:
     min_top1: float = 0.97
     budget_s: float = 150.0
     toolkit: Path | None = None  # rknn-toolkit2's python, for the Rockchip NPU targets
+    layer_samples: int = 0  # the toolkit's per-layer analysis on this many held-out samples
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Candidate:
     accuracy: Accuracy
     accepted: bool
     fp32_nodes: tuple[str, ...] = ()
+    layers: tuple[Layer, ...] | None = None  # rknn-toolkit2's per-layer analysis, when asked
 
 
 @dataclass(frozen=True)
@@ -274,19 +277,24 @@ class Search:
             self.progress,
             toolkit,
             ("int8", "fp16") if self.options.precision == "auto" else (self.options.precision,),
+            self.options.layer_samples,
         )
-        for label, precision, path, accuracy in built:
-            if accuracy is not None:
+        for b in built:
+            if b.accuracy is not None:
+                ok = gate(b.accuracy)
                 self.results.append(
-                    Candidate(label, precision, path, None, accuracy, gate(accuracy))
+                    Candidate(b.label, b.precision, b.path, None, b.accuracy, ok, layers=b.layers)
                 )
         accepted = [r for r in self.results if r.accepted]
         if not accepted:
-            best = max((r.accuracy.cosine_min for r in self.results), default=None)
-            raise OptimizeError(
-                f"no {self.options.target} build met the accuracy gate"
-                + (f" (best cosine {best:.4f})" if best is not None else "")
-            )
+            best = max(self.results, key=lambda r: r.accuracy.cosine_min, default=None)
+            why = ""
+            if best is not None:
+                layer = (
+                    f"; worst layer {describe(worst_first(best.layers)[0])}" if best.layers else ""
+                )
+                why = f" (best: {best.label}, cosine {best.accuracy.cosine_min:.4f}{layer})"
+            raise OptimizeError(f"no {self.options.target} build met the accuracy gate{why}")
         chosen = min(accepted, key=lambda r: GPU_RANK[r.precision])
         return Outcome(None, chosen, tuple(self.results), ())
 
