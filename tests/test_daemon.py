@@ -11,10 +11,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.conftest import PROJECT
+
+if TYPE_CHECKING:
+    from mcpd.governor.daemon import Daemon
 
 POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
 NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
@@ -225,26 +229,31 @@ def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_p
     assert "the control loop thread ended; exiting so that systemd restarts mcpd" in result.stderr
 
 
-def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
+def daemon_on_a_simulated_rk3588(tmp_path: Path, **sections: Any) -> Daemon:
+    """The daemon object, not started, on a simulated RK3588 tree built under `tmp_path`."""
     from mcpd import config
-    from mcpd.events import Event
     from mcpd.governor.daemon import Daemon
     from mcpd.sim import PROFILES, Simulator
 
     sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
     sim.build()
-    cfg = config.parse(
-        {
-            "daemon": {
-                "sysfs_root": str(sim.root),
-                "state_dir": str(tmp_path / "state"),
-                "runtime_dir": str(tmp_path / "run"),
-                "socket": str(tmp_path / "mcpd.sock"),
-            },
-            "governor": {"profiles": {"quiet": {"temp_high_c": 60.0, "temp_low_c": 50.0}}},
-        }
+    daemon_section = {
+        "sysfs_root": str(sim.root),
+        "state_dir": str(tmp_path / "state"),
+        "runtime_dir": str(tmp_path / "run"),
+        "socket": str(tmp_path / "mcpd.sock"),
+    }
+    cfg = config.parse({"daemon": daemon_section, **sections})
+    return Daemon(lambda: cfg)
+
+
+def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:
+    from mcpd.events import Event
+
+    daemon = daemon_on_a_simulated_rk3588(
+        tmp_path,
+        governor={"profiles": {"quiet": {"temp_high_c": 60.0, "temp_low_c": 50.0}}},
     )
-    daemon = Daemon(lambda: cfg)
     events: list[Event] = []
     daemon.events.subscribe(events.append)
     assert daemon.command("pause", {}) == {"ok": True, "paused": True}
@@ -276,22 +285,8 @@ def test_the_first_samples_are_taken_before_the_services_start(tmp_path: Path) -
     import asyncio
 
     from mcpd import config
-    from mcpd.governor.daemon import Daemon
-    from mcpd.sim import PROFILES, Simulator
 
-    sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
-    sim.build()
-    cfg = config.parse(
-        {
-            "daemon": {
-                "sysfs_root": str(sim.root),
-                "state_dir": str(tmp_path / "state"),
-                "runtime_dir": str(tmp_path / "run"),
-                "socket": str(tmp_path / "mcpd.sock"),
-            }
-        }
-    )
-    daemon = Daemon(lambda: cfg)
+    daemon = daemon_on_a_simulated_rk3588(tmp_path)
     seen: list[tuple[bool, float | None]] = []
 
     class Recorder:
