@@ -95,7 +95,6 @@ class ControlLoop:
         self._batch = BatchSizes(settings.models)
         self._clocks = Readback(events)
         now = clock()
-        self._ages = Freshness(events, now)
         self._rediscovery = RediscoveryTrigger(hotplug, now)
         self._governable = Governability(self.root)
         self._temp_sample = TemperatureSample((), None)
@@ -108,7 +107,7 @@ class ControlLoop:
         self._state = "starting"
         self._floor = competitors.FloorLimits(events)
         self._trips_checked = False
-        self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
+        self._start_grid(now)
         self._sampled_at = now
 
     # -- public, thread-safe ---------------------------------------------------------------------
@@ -159,11 +158,10 @@ class ControlLoop:
         self._sync_domains()
         self._check_governable()
 
-    def _begin_grid(self, now: float) -> None:
-        """The sampling grid starts at the first tick: discovery, adoption and the daemon's
-        services starting took milliseconds in which no sample was due, and counting them made the
-        first sample of every run the latest of the run."""
-        self._grid_started = True
+    def _start_grid(self, now: float) -> None:
+        """Every deadline at `now`, and readings aged from it. Started again at the first tick:
+        discovery, adoption and the daemon's services starting took milliseconds in which no
+        sample was due, and counting them made the first sample of every run the latest."""
         self._ages = Freshness(self.events, now)
         self._rediscovery = RediscoveryTrigger(self._rediscovery.hotplug, now)
         self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
@@ -193,7 +191,8 @@ class ControlLoop:
         if not self.started:
             self.start()
         if not self._grid_started:
-            self._begin_grid(now)
+            self._start_grid(now)
+            self._grid_started = True
         if self._pending is not None:
             self._apply_settings(self._pending, now)
         sampled = False
