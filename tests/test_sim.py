@@ -355,17 +355,23 @@ def test_state_file_and_sim_command(tmp_path: Path) -> None:
 
 def test_values_change_in_place_as_sysfs_attributes_do(tmp_path: Path) -> None:
     """A reader's kept descriptor reads each new value (pread at 0), as on a board, and the file
-    is never replaced under it; only multi-line files are replaced whole."""
+    is never replaced under it; anything else (the JSON state file, /proc/stat) is replaced whole,
+    so that a reader never sees a new text with an old one's tail."""
     simulator = simulate(tmp_path, "rk3588")
     zone = next((simulator.root / "sys/class/thermal").iterdir()) / "temp"
+    state = simulator.root / STATE_FILE
+    stat = simulator.root / "proc/stat"
     fd = os.open(zone, os.O_RDONLY)
     try:
-        seen = set()
+        seen, state_inodes, stat_inodes = set(), set(), set()
         for _ in range(5):
             simulator.advance(0.5)
             seen.add(os.pread(fd, 4096, 0))
             assert os.fstat(fd).st_nlink == 1
+            state_inodes.add(state.stat().st_ino)
+            stat_inodes.add(stat.stat().st_ino)
         assert len(seen) > 1
         assert os.pread(fd, 4096, 0) == zone.read_bytes()
+        assert len(state_inodes) > 1 and len(stat_inodes) > 1
     finally:
         os.close(fd)

@@ -2,9 +2,10 @@
 
 Class entries are symlinks into /sys/devices as on a real kernel, values end in a newline, tables
 keep the kernel's spacing (cpufreq lists end in "value \\n", devfreq lists do not), device-tree
-strings are NUL-terminated. A one-line value that changes is rewritten in place, so a reader's kept
-descriptor reads the new value as with a real attribute; longer files (/proc/stat, the state file)
-are replaced atomically (write + rename), so a reader sees either the old or the new text.
+strings are NUL-terminated. A one-line value ("41468\\n") that changes is rewritten in place, so a
+reader's kept descriptor reads the new value as with a real attribute; anything else (/proc/stat,
+the JSON state file) is replaced atomically (write + rename), so a reader sees either the old or
+the new text.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class BoardTree:
         path = f"{self.root}/{rel}"
         folder, _, name = path.rpartition("/")
         data = content.encode() if isinstance(content, str) else content
-        if data.count(b"\n") <= 1 and self._overwrite(path, data):
+        if data.count(b"\n") == 1 and data.endswith(b"\n") and self._overwrite(path, data):
             return
         temporary = f"{folder}/.{name}.sim"
         try:
