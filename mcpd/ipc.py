@@ -52,6 +52,9 @@ SIZE = _STATUS_AT + _STATUS_HEAD.size + STATUS_BYTES
 _STATUS_TRIES = 10_000
 """Reads of a status document before giving up (a writer takes well under a millisecond; a
 governor that died half-way leaves the sequence odd for good, and serving must not spin on it)."""
+_STATUS_PARSES = 3
+"""Copies that do not parse before giving up: a torn copy parses on the next read, and a block
+that never does must not cost thousands of parses of up to STATUS_BYTES on serving's loop."""
 
 
 class IpcError(Exception):
@@ -118,6 +121,7 @@ class SharedBlock:
         memory barrier between the stores of the data and of the sequence, and on the arm64 boards
         mcpd runs on another core may see them in either order."""
         start = _STATUS_AT + _STATUS_HEAD.size
+        unparsed = 0
         for _ in range(_STATUS_TRIES):
             before, length = _STATUS_HEAD.unpack_from(self._map, _STATUS_AT)
             if before % 2 or length > STATUS_BYTES:
@@ -130,6 +134,9 @@ class SharedBlock:
             try:
                 document: StatusDocument = json.loads(data)
             except ValueError:
+                unparsed += 1
+                if unparsed == _STATUS_PARSES:
+                    return None
                 continue
             return document
         return None
