@@ -59,25 +59,44 @@ def follow_external_caps(
     return changed
 
 
+FLOOR_SETTLE_S = {"power": 1.0, "temperature": 30.0}
+"""How long every domain must have been at its floor before a reading over a limit means the
+limit cannot be met there: the meters average over 100-140 ms and RAPL needs two energy samples
+(docs/sensor-timing.md), and the die and heatsink cool for tens of seconds after a cut."""
+
+
 class FloorLimits:
     """A limit the board exceeds with every domain at its floor cannot be met inside the clamp
-    (AGX Orin at 12 W, a Jetson Nano at 40 °C ambient): said once per signal, for the whole run."""
+    (AGX Orin at 12 W, a Jetson Nano at 40 °C ambient): said once per signal, for the whole run.
+    Judged on readings taken after the floor has held a while, not on the reading that moved
+    the caps there (a board at its top clocks draws more than at its floor)."""
 
     def __init__(self, events: EventBus) -> None:
         self.events = events
         self._said: Episodes[str] = Episodes()
+        self._floor_since: float | None = None
 
     def check(
-        self, controls: Iterable[DomainControl], readings: Readings, params: GovernorParams
+        self,
+        controls: Iterable[DomainControl],
+        readings: Readings,
+        params: GovernorParams,
+        now: float,
     ) -> None:
+        """`controls` as they were when `readings` were taken (before this decision)."""
         floors = [c.target <= c.low for c in controls]
         if not floors or not all(floors):
+            self._floor_since = None
             return
+        if self._floor_since is None:
+            self._floor_since = now
         for signal, value, limit, unit, key in (
             ("power", readings.power_w, params.power_high_w, "W", "power_high_w"),
             ("temperature", readings.temp_c, params.temp_high_c, "°C", "temp_high_c"),
         ):
-            if value is None or value < limit or not self._said.fail(signal):
+            if value is None or value < limit or now - self._floor_since < FLOOR_SETTLE_S[signal]:
+                continue
+            if not self._said.fail(signal):
                 continue
             message = (
                 f"{signal} limit {limit:g} {unit} cannot be met: the board is at {value:.2f} {unit} "

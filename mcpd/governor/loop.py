@@ -250,6 +250,7 @@ class ControlLoop:
         if self.paused:
             self._state = "paused"
         else:
+            self._floor.check(self.actuators.controls.values(), readings, s.params, now)
             verdict, changes = self.policy.decide(
                 s.policy,
                 s.governor,
@@ -261,7 +262,6 @@ class ControlLoop:
             )
             if changes:
                 written = self.clock()
-            self._floor.check(self.actuators.controls.values(), readings, s.params)
             self._clocks.wrote(changes)
             batch = self._batch.step(s.governor, verdict, s.models)
             if changes or batch:
