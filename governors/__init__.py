@@ -2,7 +2,7 @@
 
 from governors.adaptive import AdaptivePolicy, AdaptiveState
 from governors.hysteresis import Action, Decision, HysteresisGovernor, RaiseHold, Readings, Verdict
-from governors.levels import DomainSteps, Level, allowed_mhz, uniform_levels
+from governors.levels import DomainSteps, Level, allowed_mhz, stepped_levels, uniform_levels
 from governors.params import PARAMETER_NAMES, GovernorParams
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "Readings",
     "Verdict",
     "allowed_mhz",
+    "stepped_levels",
     "uniform_levels",
 ]

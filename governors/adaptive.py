@@ -1,14 +1,18 @@
 """The adaptive policy: settle at the highest level the envelope sustains instead of cycling.
 
 Pure: readings, the time and the previous state in; a verdict, the level to run at and the next
-state out. It moves through uniform levels (governors/levels.py) one operating point at a time:
+state out. It moves through stepped levels (governors/levels.py), where a level may differ from the
+next by one domain:
 
 - temperature is predicted `horizon_s` ahead from its slope over the last `slope_window_s` (a
   rise fading with `decay_s`); within `act_within_c` of `temp_high_c`, a predicted temperature
   above `temp_high_c - margin_c` lowers one level (at most every `lower_interval_s`, so the die
-  can answer before the next cut); a reading at or above `temp_high_c` lowers at once;
+  can answer before the next cut); a reading at or above `temp_high_c` lowers every domain (to
+  the uniform level below) at once;
 - a raise needs the prediction `raise_margin_c` below that, a power estimate for the next level
-  under the limit, and `raise_interval_s` since the last change; a raise undone within
+  under the limit, `raise_interval_s` since the last change and fewer than `max_raises_per_min`
+  raises in the last minute; it takes a whole uniform level while the board is more than
+  `act_within_c` below `temp_high_c`, one level nearer; a raise undone within
   `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
   it again: the back-off that keeps it from probing a level it cannot hold every few seconds;
 - power at or above `power_trigger` x `power_high_w` jumps down to the highest level whose
@@ -43,6 +47,8 @@ class AdaptiveState:
     raise_interval_s: float = 2.0
     temps: tuple[tuple[float, float], ...] = ()
     """(time, °C) of recent temperature samples, oldest first."""
+    raises: tuple[float, ...] = ()
+    """When the raises of the last minute happened."""
     learned_w: tuple[tuple[int, float], ...] = ()
     """(level, peak watts) measured there once settled, most recently visited first."""
 
@@ -64,6 +70,9 @@ class AdaptivePolicy:
     lower_interval_s: float = 2.0
     base_raise_interval_s: float = 2.0
     max_raise_interval_s: float = 60.0
+    max_raises_per_min: int = 3
+    """Each raise a burst's heat undoes is two changes: this keeps a board whose load comes and
+    goes within a minute from changing its caps more than about twice that often."""
     undo_window_s: float = 20.0
     settle_s: float = 0.5
     power_margin: float = 0.97
@@ -172,7 +181,7 @@ class AdaptivePolicy:
             if now - state.changed_at >= self.settle_s:
                 return self._move(
                     state,
-                    state.level - 1,
+                    uniform_below(levels, state.level),
                     now,
                     f"temperature {temp:.1f} °C >= {self.params.temp_high_c:g} °C",
                 )
@@ -188,16 +197,27 @@ class AdaptivePolicy:
             return Verdict(Action.HOLD, "waiting for the last cut to act"), state
         state = self._forgive(state, now)
         room = predicted is not None and predicted < ceiling - self.raise_margin_c
-        if room and state.level < len(levels) - 1 and since >= state.raise_interval_s:
+        recent = tuple(t for t in state.raises if now - t < 60.0)
+        budget = len(recent) < self.max_raises_per_min
+        if room and budget and state.level < len(levels) - 1 and since >= state.raise_interval_s:
+            # Far from the temperature limit a whole uniform level at once (fewer changes; the
+            # die has room), near it or where that would draw too much, one domain.
+            targets = [state.level + 1]
+            if not near:
+                targets.insert(0, uniform_above(levels, state.level))
             if power is not None and readings.metered:
                 if not settled:
                     return Verdict(Action.HOLD, "power settling"), state
-                next_w = self.estimate_w(state, levels, state.level + 1, power)
-                if next_w >= self.raise_limit_w(state, state.level + 1, limit_w):
-                    return Verdict(Action.HOLD, f"next level would draw ~{next_w:.1f} W"), state
+                drawn = [(t, self.estimate_w(state, levels, t, power)) for t in targets]
+                allowed = [t for t, w in drawn if w < self.raise_limit_w(state, t, limit_w)]
+                if not allowed:
+                    return Verdict(
+                        Action.HOLD, f"next level would draw ~{drawn[-1][1]:.1f} W"
+                    ), state
+                targets = allowed
             why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
-            verdict, state = self._move(state, state.level + 1, now, why)
-            return verdict, replace(state, raised_at=now)
+            verdict, state = self._move(state, targets[0], now, why)
+            return verdict, replace(state, raised_at=now, raises=(*recent, now))
         return Verdict(Action.HOLD, "at the highest sustainable level"), state
 
     def _learn(self, state: AdaptiveState, power: float) -> AdaptiveState:
@@ -236,3 +256,16 @@ class AdaptivePolicy:
         target = max((i for i, lv in enumerate(levels) if lv.fraction <= limit), default=0)
         # LOWER even at the lowest level: the batch sizes still step down, as in the seed rule.
         return Verdict(Action.LOWER, why), self._move(state, target, now, why)[1]
+
+
+def uniform_below(levels: tuple[Level, ...], level: int) -> int:
+    """The highest uniform level below `level`: a temperature cut moves every domain, as the
+    seed rule's does (one domain at a time would answer heat too slowly)."""
+    return max((i for i in range(level) if levels[i].uniform), default=0)
+
+
+def uniform_above(levels: tuple[Level, ...], level: int) -> int:
+    """The lowest uniform level above `level` (the top if none)."""
+    return min(
+        (i for i in range(level + 1, len(levels)) if levels[i].uniform), default=len(levels) - 1
+    )

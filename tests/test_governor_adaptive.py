@@ -15,6 +15,7 @@ from governors import (
     Level,
     Readings,
     allowed_mhz,
+    stepped_levels,
     uniform_levels,
 )
 
@@ -236,3 +237,72 @@ def test_a_levels_peak_is_kept_through_idle_spells() -> None:
     verdict, _ = POLICY.decide(state, cool(60.0, 5.0), 20.0, LEVELS)
     assert expected >= 12.0 * POLICY.power_margin
     assert verdict.action is Action.HOLD and "next level would draw" in verdict.reason
+
+
+STEPPED = stepped_levels(
+    [
+        DomainSteps("policy0", 2100.0, (1400.0, 1700.0, 2100.0)),
+        DomainSteps("policy1", 2100.0, (1400.0, 1700.0, 2100.0)),
+        DomainSteps("policy2", 2100.0, (1400.0, 1700.0, 2100.0)),
+    ]
+)
+
+
+def test_stepped_levels_raise_one_domain_at_a_time_between_the_uniform_ones() -> None:
+    caps = [tuple(mhz for _, mhz in level.caps_mhz) for level in STEPPED]
+    assert caps == [
+        (1400.0, 1400.0, 1400.0),
+        (1700.0, 1400.0, 1400.0),
+        (1700.0, 1700.0, 1400.0),
+        (1700.0, 1700.0, 1700.0),
+        (2100.0, 1700.0, 1700.0),
+        (2100.0, 2100.0, 1700.0),
+        (2100.0, 2100.0, 2100.0),
+    ]
+    assert [level.uniform for level in STEPPED] == [True, False, False, True, False, False, True]
+    assert tuple(level for level in STEPPED if level.uniform) == uniform_levels(
+        [DomainSteps(f"policy{i}", 2100.0, (1400.0, 1700.0, 2100.0)) for i in range(3)]
+    )
+    fractions = [level.fraction for level in STEPPED]
+    assert fractions == sorted(fractions) and len(set(fractions)) == len(fractions)
+
+
+def test_a_power_limit_between_two_uniform_levels_is_held_by_a_mix_of_them() -> None:
+    # 10 W with every core at 1700 MHz, each core at 2100 adds 1 W: 11 W fits under 12 W, 12 W
+    # does not. Measured peaks per level (what the board showed there).
+    learned = ((3, 10.0), (4, 11.0), (5, 12.0))
+    state = feed(replace(POLICY.start(STEPPED), level=3, learned_w=learned), [60.0] * 10, 98.0)
+    verdict, state = POLICY.decide(state, cool(60.0, 10.0), 100.0, STEPPED)
+    assert verdict.action is Action.RAISE and state.level == 4
+    state = feed(state, [60.0] * 10, 198.0)
+    verdict, state = POLICY.decide(state, cool(60.0, 11.0), 200.0, STEPPED)
+    assert verdict.action is Action.HOLD and state.level == 4 and "12.0 W" in verdict.reason
+
+
+def test_heat_at_the_threshold_moves_every_domain_down_from_an_in_between_level() -> None:
+    state = replace(POLICY.start(STEPPED), level=5)
+    verdict, state = POLICY.decide(state, cool(85.5), 100.0, STEPPED)
+    assert verdict.action is Action.LOWER and state.level == 3  # every core at 1700 MHz
+
+
+def test_far_below_the_threshold_a_raise_takes_a_whole_uniform_level() -> None:
+    state = feed(POLICY.start(STEPPED), [50.0] * 10, 0.0)
+    state = replace(state, level=0)
+    verdict, state = POLICY.decide(state, cool(50.0), 10.0, STEPPED)
+    assert verdict.action is Action.RAISE and state.level == 3
+    near = feed(replace(POLICY.start(STEPPED), level=0), [82.0] * 10, 0.0)
+    verdict, near = POLICY.decide(near, cool(82.0), 10.0, STEPPED)
+    assert verdict.action is Action.RAISE and near.level == 1
+
+
+def test_raises_are_limited_per_minute() -> None:
+    state = replace(POLICY.start(LEVELS), level=0)
+    raises = []
+    for step in range(600):  # a minute, every 0.1 s, always cool: it would raise every 2 s
+        now = 10.0 + step / 10
+        state = POLICY.observe(state, 60.0, now)
+        verdict, state = POLICY.decide(state, cool(60.0), now, LEVELS)
+        raises += [now] if verdict.action is Action.RAISE else []
+    assert len(raises) == POLICY.max_raises_per_min
+    verdict, state = POLICY.decide(state, cool(60.0), raises[0] + 60.0, LEVELS)
+    assert verdict.action is Action.RAISE

@@ -508,9 +508,7 @@ def test_closed_loop_throttles_at_85_and_recovers_below_75(tmp_path: Path) -> No
     assert "lower" in actions and "raise" in actions
 
 
-def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
-    tmp_path: Path,
-) -> None:
+def test_adaptive_policy_settles_below_the_threshold_and_holds(tmp_path: Path) -> None:
     """Sustained load on an RK3588: where the seed rule cycles in its band, the adaptive policy
     comes down a level at a time ahead of 85 °C and then holds, with its batch sizes following."""
     sim = Simulator(PROFILES["rk3588"], tmp_path / "board", load=LoadSchedule("sustained"))
@@ -527,6 +525,22 @@ def test_adaptive_policy_settles_below_the_threshold_and_moves_whole_levels(
     caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
     assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.levels}
     assert loop.snapshot.batch["m"] < 8
+
+
+def test_adaptive_policy_fills_the_gap_between_two_uniform_levels(tmp_path: Path) -> None:
+    """x86-amd's cores draw 10 W all at 1700 MHz and 18 W all at 2100 MHz: under 12 W the
+    adaptive policy runs some cores at 2100 MHz instead of all at 1700, its meter (RAPL's
+    package power) never reaching 12 W after the first second."""
+    sim = Simulator(PROFILES["x86-amd"], tmp_path / "board", load=LoadSchedule("sustained"))
+    sim.build()
+    loop, clock, _ = make_loop(sim.root, LoopSettings(policy="adaptive"))
+    watts = []
+    for _ in range(60 * 5):
+        run_for(loop, clock, 0.2, sim)
+        watts.append(loop.snapshot.power_w or 0.0)
+    caps = sorted(d.cap_mhz for d in loop.snapshot.domains)
+    assert caps[0] == 1700.0 and caps[-1] == 2100.0
+    assert max(watts[5:]) < 12.0
 
 
 def test_adaptive_policy_on_an_estimate_stays_under_the_true_limit(tmp_path: Path) -> None:

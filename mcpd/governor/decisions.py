@@ -1,7 +1,7 @@
 """Decisions: the configured policy applied to the readings, moving the caps and batch sizes.
 
 "hysteresis" steps every domain's target by the governor's factors (with the optional raise hold);
-"adaptive" moves all domains together between uniform levels built from their frequency tables.
+"adaptive" moves the domains between stepped levels built from their frequency tables.
 The policies themselves are pure (governors/); this keeps the state they hand back between samples.
 """
 
@@ -20,7 +20,7 @@ from governors import (
     Readings,
     Verdict,
     allowed_mhz,
-    uniform_levels,
+    stepped_levels,
 )
 from mcpd.governor.actuation import Actuators, CapChange, DomainControl
 
@@ -66,7 +66,7 @@ class PolicyDriver:
             DomainSteps(name, c.domain.max_mhz, allowed_mhz(c.domain.available_mhz, c.low, c.high))
             for name, c in controls.items()
         ]
-        levels = uniform_levels(steps)
+        levels = stepped_levels(steps)
         if full_load_w is not None:
             levels = tuple(
                 replace(level, full_load_w=full_load_w(dict(level.caps_mhz))) for level in levels
