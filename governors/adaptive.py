@@ -70,7 +70,7 @@ class AdaptivePolicy:
     lower_interval_s: float = 2.0
     base_raise_interval_s: float = 2.0
     max_raise_interval_s: float = 60.0
-    max_raises_per_min: int = 3
+    max_raises_per_min: int = 2
     """Each raise a burst's heat undoes is two changes: this keeps a board whose load comes and
     goes within a minute from changing its caps more than about twice that often."""
     undo_window_s: float = 20.0
