@@ -50,9 +50,9 @@ def sampled(family: Metric, **labels: str) -> float | None:
     return found[0] if found else None
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDaemon, Path, int]]:
-    tmp_path = tmp_path_factory.mktemp("metrics")
+def demo_daemon(tmp_path: Path) -> tuple[RunningDaemon, Path, int]:
+    """The daemon with the demo model (batches up to 4) and `[metrics] listen` on a free port,
+    once the model is ready: the daemon, its socket and the port."""
     sock, port = tmp_path / "mcpd.sock", free_port()
     running = RunningDaemon(
         tmp_path,
@@ -62,6 +62,16 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDa
     )
     try:
         running.wait_for(lambda: ready(sock, "demo"), 60)
+    except BaseException:
+        running.close()
+        raise
+    return running, sock, port
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDaemon, Path, int]]:
+    running, sock, port = demo_daemon(tmp_path_factory.mktemp("metrics"))
+    try:
         with Client(str(sock), timeout=30) as client:
             for _ in range(REQUESTS):
                 client.infer("demo", {"image": np.zeros((1, 3, 64, 64), np.float32)})
@@ -161,15 +171,8 @@ def test_a_scrape_during_a_serving_restart_waits_and_is_answered(
 
 
 def test_during_a_crash_loop_a_scrape_gets_503_from_the_governor(tmp_path: Path) -> None:
-    sock, port = tmp_path / "mcpd.sock", free_port()
-    running = RunningDaemon(
-        tmp_path,
-        f'[daemon]\nsocket = "{sock}"\nstate_dir = "{tmp_path / "state"}"\n'
-        f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
-        f'[[models]]\nname = "demo"\npath = "{MODEL}"\n',
-    )
+    running, sock, port = demo_daemon(tmp_path)
     try:
-        running.wait_for(lambda: ready(sock, "demo"), 60)
         child = serving_pid(sock)
         for _ in range(4):  # quick exits: restarts after 0, 0.5, 1, then 2 s
             os.kill(child, signal.SIGKILL)

@@ -14,7 +14,7 @@ from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import LATENCY_BUCKETS_S, BatchStats, Duration, Histogram
 from tests.serving_models import scale
 from tests.serving_server import Served, config
-from tests.test_serving_worker import load, rows, submit, worker
+from tests.test_serving_worker import load, one_batch_behind_another, worker
 
 
 def test_the_recorder_counts_rows_batches_requests_and_their_times() -> None:
@@ -62,11 +62,7 @@ def test_requests_batched_together_share_their_batch_times(tmp_path: Path) -> No
     async def main() -> None:
         backend = load(tmp_path)
         w = worker(backend)
-        first = submit(w, rows(1))
-        assert await asyncio.to_thread(backend.entered.wait, 10)
-        rest = [submit(w, rows(n, 100 * n)) for n in (1, 2, 3)]
-        backend.gate.set()
-        await asyncio.gather(first.future, *(p.future for p in rest))
+        first, rest, _ = await one_batch_behind_another(backend, w)
         w.close()
         assert backend.batches == [1, 6]
         got = w.statistics.snapshot()

@@ -73,15 +73,24 @@ def submit(w: ModelWorker, inputs: list[np.ndarray], deadline: float | None = No
     return pending
 
 
+async def one_batch_behind_another(
+    backend: Gated, w: ModelWorker
+) -> tuple[Pending, list[Pending], list[Any]]:
+    """One request of 1 row holds the model while three more (1, 2 and 3 rows) queue; then the
+    model is let go: the first request, the three, and every answer in that order."""
+    first = submit(w, rows(1))
+    assert await asyncio.to_thread(backend.entered.wait, 10)
+    rest = [submit(w, rows(n, 100 * n)) for n in (1, 2, 3)]
+    backend.gate.set()
+    results = await asyncio.gather(first.future, *(p.future for p in rest))
+    return first, rest, results
+
+
 def test_requests_queued_behind_a_running_batch_become_one_batch(tmp_path: Path) -> None:
     async def main() -> None:
         backend = load(tmp_path)
         w = worker(backend)
-        first = submit(w, rows(1))
-        assert await asyncio.to_thread(backend.entered.wait, 10)
-        rest = [submit(w, rows(n, 100 * n)) for n in (1, 2, 3)]
-        backend.gate.set()
-        results = await asyncio.gather(first.future, *(p.future for p in rest))
+        first, rest, results = await one_batch_behind_another(backend, w)
         assert backend.batches == [1, 6]  # the lone first request did not wait out the delay
         for pending, (double, total) in zip([first, *rest], results, strict=True):
             np.testing.assert_array_equal(double, pending.inputs[0] * 2)
