@@ -251,9 +251,12 @@ class AdaptivePolicy:
     def _cut(
         self, state: AdaptiveState, levels: tuple[Level, ...], now: float, why: str
     ) -> tuple[Verdict, AdaptiveState]:
-        """The seed rule's fail-safe step: the highest level at or below down_factor x now."""
+        """The seed rule's fail-safe step: the highest uniform level at or below down_factor x now
+        (an in-between level's fraction is interpolated: some of its domains sit above it)."""
         limit = levels[state.level].fraction * self.params.down_factor
-        target = max((i for i, lv in enumerate(levels) if lv.fraction <= limit), default=0)
+        target = max(
+            (i for i, lv in enumerate(levels) if lv.uniform and lv.fraction <= limit), default=0
+        )
         # LOWER even at the lowest level: the batch sizes still step down, as in the seed rule.
         return Verdict(Action.LOWER, why), self._move(state, target, now, why)[1]
 

@@ -285,6 +285,27 @@ def test_heat_at_the_threshold_moves_every_domain_down_from_an_in_between_level(
     assert verdict.action is Action.LOWER and state.level == 3  # every core at 1700 MHz
 
 
+def test_the_fail_safe_lands_on_a_uniform_level_every_domain_cut() -> None:
+    levels = stepped_levels(
+        [
+            DomainSteps("policy4", 2400.0, (800.0, 1008.0, 1200.0, 1416.0, 1608.0, 2400.0)),
+            DomainSteps("gpu", 1000.0, (300.0, 500.0, 700.0, 800.0, 1000.0)),
+        ]
+    )
+    for start in range(len(levels)):
+        _, state = POLICY.decide(
+            replace(POLICY.start(levels), level=start), Readings(None), 10.0, levels
+        )
+        assert levels[state.level].uniform
+        limit = levels[start].fraction * POLICY.params.down_factor
+        assert all(
+            mhz <= limit * top + 1e-6 or mhz == lowest
+            for (_, mhz), top, lowest in zip(
+                levels[state.level].caps_mhz, (2400.0, 1000.0), (800.0, 300.0), strict=True
+            )
+        )
+
+
 def test_far_below_the_threshold_a_raise_takes_a_whole_uniform_level() -> None:
     state = feed(POLICY.start(STEPPED), [50.0] * 10, 0.0)
     state = replace(state, level=0)
