@@ -7,12 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from mcpd.cli import main
 from mcpd.optimize.interface import OptimizeError, TensorSpec
-from mcpd.optimize.measure import classification_shaped, compare, latencies_ms
+from mcpd.optimize.measure import classification_shaped, compare, cosine, latencies_ms
 from mcpd.optimize.samples import Preprocess, split
+from mcpd.optimize.sensitivity import rank
 from tests import optimize_models as models
 
 Setup = Callable[[Path], list[str]]
@@ -325,3 +328,33 @@ def test_preprocess_falls_back_and_removes_symbolic_inference_leftovers(
     assert calls == [False, True]
     assert sorted(p.name for p in workdir.iterdir()) == ["mine.onnx"]
     assert out.is_file()
+
+
+def test_a_layer_quantized_to_all_zeros_ranks_as_sensitive(tmp_path: Path) -> None:
+    """A quantization scale that rounds every value to 0 (an outlier's range, seen with VNNI
+    kernels) leaves a node's output all zero: that is total error, not the agreement of two zero
+    tensors."""
+    info = helper.make_tensor_value_info
+    x = info("x", TensorProto.FLOAT, [1, 4])
+    y = info("y", TensorProto.FLOAT, [1, 4])
+    fp32 = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "f", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    scale = numpy_helper.from_array(np.array(1e4, np.float32), "scale")
+    zero = numpy_helper.from_array(np.array(0, np.uint8), "zero")
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "scale", "zero"], ["xd"], name="dq"),
+        helper.make_node("Relu", ["xd"], ["y"], name="relu"),
+    ]
+    int8 = helper.make_model(
+        helper.make_graph(nodes, "q", [x], [y], [scale, zero]),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    onnx.save(fp32, tmp_path / "fp32.onnx")
+    onnx.save(int8, tmp_path / "int8.onnx")
+    sample = {"x": np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)}
+    ranked = rank(tmp_path / "fp32.onnx", tmp_path / "int8.onnx", [sample])
+    assert [(s.node, s.added_error) for s in ranked] == [("relu", pytest.approx(1.0))]
+    assert cosine(np.zeros(3), np.zeros(3)) == 1.0 and cosine(np.ones(3), np.zeros(3)) == 0.0

@@ -95,7 +95,8 @@ def side_by_side_ms(
     return [statistics.median(spent) * 1000 for spent in times]
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two tensors; two all-zero tensors agree, one all-zero tensor does not."""
     x = a.astype(np.float64).ravel()
     y = b.astype(np.float64).ravel()
     norms = float(np.linalg.norm(x) * np.linalg.norm(y))
@@ -113,15 +114,15 @@ def classification_shaped(spec: TensorSpec) -> bool:
 
 
 def compare(reference: Outputs, candidate: Outputs, specs: tuple[TensorSpec, ...]) -> Accuracy:
-    cosine: dict[str, float] = {}
+    cosines: dict[str, float] = {}
     max_abs = 0.0
     agree: list[float] = []
     for index, spec in enumerate(specs):
         ref = [sample[index] for sample in reference]
         got = [sample[index] for sample in candidate]
         if spec.dtype is not None and spec.dtype.kind == "f":
-            cosine[spec.name] = float(
-                np.mean([_cosine(a, b) for a, b in zip(ref, got, strict=True)])
+            cosines[spec.name] = float(
+                np.mean([cosine(a, b) for a, b in zip(ref, got, strict=True)])
             )
             max_abs = max(
                 max_abs,
@@ -137,4 +138,4 @@ def compare(reference: Outputs, candidate: Outputs, specs: tuple[TensorSpec, ...
                 )
         else:  # integer or boolean outputs (labels, indices): they must agree exactly
             agree.extend(float(np.mean(a == b)) for a, b in zip(ref, got, strict=True))
-    return Accuracy(cosine, max_abs, float(np.mean(agree)) if agree else None)
+    return Accuracy(cosines, max_abs, float(np.mean(agree)) if agree else None)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mcpd.optimize.measure import session
+from mcpd.optimize.measure import cosine, session
 from mcpd.optimize.samples import Sample
 
 
@@ -93,10 +93,7 @@ def rank(fp32_path: Path, int8_path: Path, samples: list[Sample]) -> list[Sensit
             ref = dict(zip(names, ref_run.run(names, sample), strict=True))
             got = dict(zip(names, q_run.run(names, sample), strict=True))
             for name in names:
-                a = ref[name].astype(np.float64).ravel()
-                b = got[name].astype(np.float64).ravel()
-                norm = float(np.linalg.norm(a) * np.linalg.norm(b))
-                cosines[name].append(float(a @ b / norm) if norm else 1.0)
+                cosines[name].append(cosine(ref[name], got[name]))
     error = {name: 1.0 - float(np.mean(values)) for name, values in cosines.items()}
     scores = [
         Sensitivity(
