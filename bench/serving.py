@@ -452,7 +452,7 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
             for name, (connect, request, pid) in targets.items():
                 generator = LoadGenerator(connect, request, c)
                 generator.measure(min(1.0, seconds))  # warm up
-                ratios, overheads, latencies, reference = [], [], [], []
+                ratios, ratios_b1, overheads, latencies, reference = [], [], [], [], []
                 served_s = 0.0
                 loop_ns = 0
                 for _ in range(slices):
@@ -466,6 +466,7 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
                     served_s += elapsed
                     ratios.append(len(served) / elapsed / (best * len(ref) / sum(ref)))
                     if ref_b1:
+                        ratios_b1.append(len(served) / elapsed / (len(ref_b1) / sum(ref_b1)))
                         overheads.append(
                             (statistics.median(served) - statistics.median(ref_b1)) * 1e6
                         )
@@ -481,6 +482,10 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
                 }
                 if pid is not None:
                     cell[name]["loop_cpu_us_per_request"] = round(loop_ns / 1e3 / len(latencies), 1)  # type: ignore[index]
+                if ratios_b1:
+                    # One request at a time never forms a batch: this is the like-for-like ratio
+                    # when the best in-process batch is larger than 1.
+                    cell[name]["over_in_process_batch1"] = round(statistics.median(ratios_b1), 3)  # type: ignore[index]
                 if overheads:
                     cell[name]["overhead_p50_us"] = round(statistics.median(overheads), 1)  # type: ignore[index]
             cell["in_process_best"] = round(statistics.median(reference), 1)
