@@ -464,14 +464,15 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
                     served, elapsed = generator.measure(seconds)
                     loop_ns += 0 if pid is None else loop_cpu_ns(pid) - cpu_before
                     served_s += elapsed
-                    ratios.append(len(served) / elapsed / (best * len(ref) / sum(ref)))
+                    in_process_rate = best * len(ref) / sum(ref)
+                    ratios.append(len(served) / elapsed / in_process_rate)
                     if ref_b1:
                         ratios_b1.append(len(served) / elapsed / (len(ref_b1) / sum(ref_b1)))
                         overheads.append(
                             (statistics.median(served) - statistics.median(ref_b1)) * 1e6
                         )
                     latencies += served
-                    reference.append(best * len(ref) / sum(ref))
+                    reference.append(in_process_rate)
                 generator.close()
                 p50, p99 = percentiles(latencies)
                 cell[name] = {
