@@ -285,6 +285,9 @@ def main() -> None:
     one.add_argument("--cap-fraction", type=float, default=1.0, help="for --governor fixed")
     one.add_argument("--raise-hold-ms", type=int, default=0, help="for --governor hysteresis")
     one.add_argument("--json", action="store_true", help="(the only output format)")
+    one.add_argument(
+        "--trace", action="store_true", help='add "trace": every cap change, when and why'
+    )
     grid = parser.add_argument_group("quality, the sweep (without --profile)")
     grid.add_argument("--profiles", nargs="+", default=sorted(PROFILES))
     grid.add_argument("--scenarios", nargs="+", default=list(quality.SCENARIOS))
@@ -305,7 +308,8 @@ def main() -> None:
     if args.only == "quality" and args.profile:
         case = quality.Case(args.profile, args.scenario, args.ambient, args.sim_minutes, args.seed)
         fraction = args.cap_fraction
-        print(json.dumps(quality.measure(case, args.governor, fraction, args.raise_hold_ms)))
+        document = quality.measure(case, args.governor, fraction, args.raise_hold_ms, args.trace)
+        print(json.dumps(document))
         return
     report: dict[str, object] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
     if args.only in (None, "timing"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from governors import DomainSteps, GovernorParams, allowed_mhz, uniform_levels
-from mcpd.events import EventBus
+from mcpd.events import Event, EventBus
 from mcpd.governor import board, domains
 from mcpd.governor.actuation import domain_range
 from mcpd.governor.domains import FrequencyDomain
@@ -119,8 +119,11 @@ def run(
     governor: str,
     caps: dict[str, float] | None = None,
     raise_hold_ms: int = 0,
+    trace: bool = False,
 ) -> dict[str, object]:
-    """One run: governed, or (caps given) every domain held at its cap with no governor."""
+    """One run: governed, or (caps given) every domain held at its cap with no governor. With
+    `trace`, the result also lists every cap change the governor made: when (simulated
+    seconds), which way, why, the caps it changed and the readings it decided on."""
     with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
         sim = Simulator(
             PROFILES[case.profile],
@@ -131,7 +134,7 @@ def run(
         )
         sim.build()
         clock = _Clock()
-        changes: list[int] = []
+        changes: list[dict[str, object]] = []
         tick: Callable[[float], float]
         if caps is not None:
             for domain in domains.discover(sim.root):
@@ -139,9 +142,22 @@ def run(
             tick = lambda now: now + MEASURE_S  # noqa: E731
         else:
             events = EventBus()
-            events.subscribe(
-                lambda e: changes.append(1) if e.kind == "governor" and e.data.get("caps") else None
-            )
+
+            def changed(event: Event) -> None:
+                if event.kind == "governor" and event.data.get("caps"):
+                    caps = {name: c["new_mhz"] for name, c in event.data["caps"].items()}
+                    changes.append(
+                        {
+                            "t": round(clock.now, 2),
+                            "action": event.data["action"],
+                            "reason": event.data["reason"],
+                            "caps_mhz": caps,
+                            "temperature_c": event.data["temperature_c"],
+                            "power_w": event.data["power_w"],
+                        }
+                    )
+
+            events.subscribe(changed)
             loop = ControlLoop(
                 sim.root,
                 board.detect(sim.root),
@@ -188,6 +204,7 @@ def run(
         ),
         "cap_changes_per_min": round(len(changes) / case.minutes, 2),
         "joules_per_work": round(sim.energy_j / work, 6) if work else None,
+        **({"trace": changes} if trace else {}),
     }
 
 
@@ -278,14 +295,18 @@ def fixed_caps(case: Case, fraction: float) -> dict[str, float]:
 
 
 def measure(
-    case: Case, governor: str, fraction: float | None = None, raise_hold_ms: int = 0
+    case: Case,
+    governor: str,
+    fraction: float | None = None,
+    raise_hold_ms: int = 0,
+    trace: bool = False,
 ) -> dict[str, object]:
-    """The benchmark's JSON document for one case."""
+    """The benchmark's JSON document for one case (with `trace`, the governor's cap changes)."""
     best = best_fixed(case)
     if governor == "fixed":
         result = run(case, governor, fixed_caps(case, fraction if fraction is not None else 1.0))
     else:
-        result = run(case, governor, raise_hold_ms=raise_hold_ms)
+        result = run(case, governor, raise_hold_ms=raise_hold_ms, trace=trace)
     return document(case, governor, result, best)
 
 

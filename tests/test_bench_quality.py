@@ -101,3 +101,19 @@ def test_a_search_started_from_another_seed_finds_what_bisection_finds(start: in
     assert walked["result"] == bisected["result"]
     index = quality.start_index(case.profile, walked)
     assert 0 < index < len(quality.configurations_for(case.profile)) - 1
+
+
+def test_a_trace_lists_each_cap_change_when_and_why() -> None:
+    """The AGX Orin under full load at its top clocks draws over its 30 W mode: the first change
+    is a cut for power within the first second, and the trace holds as many changes as the count."""
+    case = quality.Case("jetson-agx-orin", "sustained", minutes=0.5)
+    result = quality.run(case, "adaptive", trace=True)
+    trace = result["trace"]
+    assert isinstance(trace, list) and trace
+    assert len(trace) == round(result["cap_changes_per_min"] * case.minutes)
+    first = trace[0]
+    assert first["action"] == "lower" and first["t"] < 1.0
+    assert first["reason"].startswith("power") and first["power_w"] >= 0.995 * 30.0
+    assert first["caps_mhz"] and all(mhz > 0 for mhz in first["caps_mhz"].values())
+    assert [change["t"] for change in trace] == sorted(change["t"] for change in trace)
+    assert "trace" not in quality.run(case, "adaptive")
