@@ -3,14 +3,23 @@ governability, report wording and batch sizes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from governors import Action, GovernorParams, HysteresisGovernor, Readings, Verdict
+from governors import (
+    Action,
+    AdaptivePolicy,
+    GovernorParams,
+    HysteresisGovernor,
+    Readings,
+    Verdict,
+)
 from mcpd.events import Event, EventBus
 from mcpd.governor import board, reports
-from mcpd.governor.actuation import CapChange
+from mcpd.governor.actuation import CapChange, DomainControl
 from mcpd.governor.baseline import Baseline
-from mcpd.governor.decisions import BatchSizes
+from mcpd.governor.decisions import BatchSizes, PolicyDriver
+from mcpd.governor.domains import FrequencyDomain
 from mcpd.governor.freshness import Freshness
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
@@ -123,3 +132,22 @@ def test_batch_sizes_move_with_the_verdict_by_swapping_the_mapping() -> None:
     assert before == {"resnet": 16, "tiny": 1}  # the batcher's reference is never changed
     sizes.reload({"resnet": 8, "new": 4})
     assert sizes.sizes == {"resnet": 8, "new": 4}
+
+
+def _controls(low_mhz: float) -> dict[str, DomainControl]:
+    table = tuple(khz * 1000 for khz in (800, 1008, 1200, 1416, 1608, 1800))
+    domain = FrequencyDomain("policy4", "cpufreq", Path("/sys/x"), table[0], table[-1], table)
+    return {"policy4": DomainControl(domain, low_mhz, 1800.0, 1800.0)}
+
+
+def test_learned_power_stays_with_its_caps_when_the_levels_are_renumbered() -> None:
+    """A new clamp drops the lowest levels: a peak learned at 1416 MHz must stay at 1416 MHz,
+    not move to whatever level now has its old index (which would let the policy raise into
+    caps it measured over the limit)."""
+    driver = PolicyDriver(AdaptivePolicy(), 0.0)
+    driver.update_levels(_controls(800.0))
+    at = {dict(lv.caps_mhz)["policy4"]: i for i, lv in enumerate(driver.levels)}
+    driver._adaptive = replace(driver._adaptive, learned_w=((at[1416.0], 12.5), (at[800.0], 4.0)))
+    driver.update_levels(_controls(1200.0))
+    learned = {dict(driver.levels[i].caps_mhz)["policy4"]: w for i, w in driver._adaptive.learned_w}
+    assert learned == {1416.0: 12.5}  # 800 MHz is no level any more: its peak is gone

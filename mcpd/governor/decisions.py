@@ -61,7 +61,9 @@ class PolicyDriver:
     ) -> None:
         """The adaptive policy's levels from the domains' tables and ranges (each with its power
         at full load where power is estimated); when they change, it continues from the highest
-        level not above the one it was at."""
+        level not above the one it was at, and keeps the power it learned at each set of caps
+        that is still a level (a learned peak belongs to the caps, not to a level's index: a
+        new range or a domain come or gone renumbers the levels)."""
         steps = [
             DomainSteps(name, c.domain.max_mhz, allowed_mhz(c.domain.available_mhz, c.low, c.high))
             for name, c in controls.items()
@@ -75,8 +77,14 @@ class PolicyDriver:
             return
         fraction = self.levels[self._adaptive.level].fraction if self.levels else 1.0
         level = max((i for i, lv in enumerate(levels) if lv.fraction <= fraction), default=0)
+        index = {lv.caps_mhz: i for i, lv in enumerate(levels)}
+        learned = tuple(
+            (index[self.levels[old].caps_mhz], watts)
+            for old, watts in self._adaptive.learned_w
+            if old < len(self.levels) and self.levels[old].caps_mhz in index
+        )
         self.levels = levels
-        self._adaptive = replace(self._adaptive, level=level)
+        self._adaptive = replace(self._adaptive, level=level, learned_w=learned)
 
     def reload(self, raise_hold_s: float, adaptive: AdaptivePolicy, restart_adaptive: bool) -> None:
         """New settings: the raise hold starts over; a new adaptive policy keeps the level."""
