@@ -249,13 +249,14 @@ def quality_sweep(args: argparse.Namespace) -> list[dict[str, object]]:
     governors = tuple(args.governors)
     rows: list[dict[str, object]] = []
     if args.rows and args.rows.exists():
-        wanted = {(c.profile, c.scenario, c.ambient_c, c.seed, g) for c in grid for g in governors}
+        labels = [f"{g}, warm" if args.warm else g for g in governors]
+        wanted = {(c.profile, c.scenario, c.ambient_c, c.seed, g) for c in grid for g in labels}
         kept = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
         rows = [row for row in kept if quality.row_key(row) in wanted]
     done = frozenset(quality.row_key(row) for row in rows)
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(quality.sweep_seeds, seeds, governors, args.fixed_cache, done)
+            pool.submit(quality.sweep_seeds, seeds, governors, args.fixed_cache, done, args.warm)
             for seeds in by_case.values()
         ]
         for future in as_completed(futures):
@@ -295,6 +296,12 @@ def main() -> None:
     grid.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
     grid.add_argument("--governors", nargs="+", default=["hysteresis"])
     grid.add_argument("--jobs", type=int, default=2, help="processes")
+    grid.add_argument(
+        "--warm",
+        action="store_true",
+        help="each governed run starts from the power a first run of the same case learned "
+        '(a restarted daemon); rows say "GOVERNOR, warm"',
+    )
     grid.add_argument(
         "--fixed-cache", type=Path, help="folder keeping best fixed caps between sweeps"
     )

@@ -26,6 +26,7 @@ from mcpd.governor.actuation import domain_range
 from mcpd.governor.domains import FrequencyDomain
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
+from mcpd.governor.power_map import PowerMapStore
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
 from sensors.discovery import PowerOptions
@@ -120,10 +121,13 @@ def run(
     caps: dict[str, float] | None = None,
     raise_hold_ms: int = 0,
     trace: bool = False,
+    learned: Path | None = None,
 ) -> dict[str, object]:
     """One run: governed, or (caps given) every domain held at its cap with no governor. With
     `trace`, the result also lists every cap change the governor made: when (simulated
-    seconds), which way, why, the caps it changed and the readings it decided on."""
+    seconds), which way, why, the caps it changed and the readings it decided on. With
+    `learned`, the governor keeps its learned power in that folder, as the daemon does in its
+    state folder, and starts from what an earlier run left there."""
     with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
         sim = Simulator(
             PROFILES[case.profile],
@@ -164,6 +168,7 @@ def run(
                 loop_settings(case, governor, raise_hold_ms),
                 events=events,
                 baseline=None,
+                power_map=None if learned is None else PowerMapStore(learned),
                 clock=clock,
             )
             loop.start()  # the caps brought into the governed range before the board's first step
@@ -383,17 +388,28 @@ def sweep_seeds(
     governors: tuple[str, ...],
     cache: Path | None = None,
     done: frozenset[tuple[object, ...]] = frozenset(),
+    warm: bool = False,
 ) -> list[dict[str, object]]:
     """One case over its seeds, first seed first: its best fixed cap is where the others' search
-    starts. Rows whose row_key is in `done` (an interrupted sweep's) are not run again."""
+    starts. Rows whose row_key is in `done` (an interrupted sweep's) are not run again. `warm`:
+    each governed run is the second of two on the same board, starting from the power the first
+    learned (a daemon restarted on a board it governed before); its rows say "GOVERNOR, warm"."""
     rows = []
     start: int | None = None
     for case in seeds:
         best = cached_best_fixed(case, cache, start)
         start = start_index(case.profile, best) if start is None else start
         for governor in governors:
-            if (case.profile, case.scenario, case.ambient_c, case.seed, governor) not in done:
+            label = f"{governor}, warm" if warm else governor
+            if (case.profile, case.scenario, case.ambient_c, case.seed, label) in done:
+                continue
+            if not warm:
                 rows.append(document(case, governor, run(case, governor), best))
+                continue
+            with tempfile.TemporaryDirectory(dir=MEMORY_DIR) as folder:
+                run(case, governor, learned=Path(folder))
+                result = run(case, governor, learned=Path(folder))
+            rows.append(document(case, label, result, best))
     return rows
 
 

@@ -15,8 +15,8 @@ next by one domain:
   `act_within_c` below `temp_high_c`, one level nearer; a raise undone within
   `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
   it again: the back-off that keeps it from probing a level it cannot hold every few seconds;
-- power at or above `power_trigger` x `power_high_w` jumps down to the highest level whose
-  estimate is under the limit; power is not trusted for `settle_s` after a change (the meters
+- power at or above `power_trigger` x `power_high_w` (or a level whose learned peak is, as
+  given back after a restart) jumps down to the highest level whose estimate is under the limit; power is not trusted for `settle_s` after a change (the meters
   average over 100-140 ms). The estimate for a level (`estimate_w`) is the peak measured there
   once settled (a learned map: an idle spell does not hide what a burst draws), else scaled from
   the highest level below with a peak; where power is itself an estimate (no meter), each level's
@@ -141,6 +141,27 @@ class AdaptivePolicy:
         ratio = levels[target].fraction / levels[base].fraction
         return base_w * ratio * ratio
 
+    def cut_estimate_w(
+        self,
+        state: AdaptiveState,
+        levels: tuple[Level, ...],
+        target: int,
+        power_w: float,
+        before_w: float | None,
+        loaded: bool,
+    ) -> float:
+        """A lower level's power, for a cut. Where both it and the level now have a peak, its
+        peak scaled by how much more the board draws now than the peak known here (a heavier
+        load than when the peaks were learned); else the estimate_w one. A cut made on a learned
+        peak rather than on the power now (`loaded` false: the load may be light now) only
+        trusts levels with a peak of their own: the power now says nothing about them."""
+        peak = dict(state.learned_w).get(target)
+        if levels[target].full_load_w is None and peak is not None and before_w:
+            return peak * max(1.0, power_w / before_w)
+        if levels[target].full_load_w is None and peak is None and not loaded:
+            return math.inf
+        return self.estimate_w(state, levels, target, power_w)
+
     def raise_limit_w(self, state: AdaptiveState, target: int, limit_w: float) -> float:
         measured = any(level == target for level, _ in state.learned_w)
         return limit_w * (self.learned_margin if measured else self.power_margin)
@@ -157,16 +178,21 @@ class AdaptivePolicy:
         if power is None and readings.metered:
             return self._cut(state, levels, now, "power unknown, meter silent (fail-safe)")
         settled = now - state.changed_at >= self.settle_s
+        before = dict(state.learned_w).get(state.level)
         if power is not None and settled:
             state = self._learn(state, power)
         limit_w = self.limit_w(readings)
         trigger_w = limit_w * self.power_trigger
-        if power is not None and power >= trigger_w and settled:
+        # A level known to draw over the limit at its peak (learned before a restart) is left
+        # before the load arrives, not at the first meter window over the limit.
+        known_w = dict(state.learned_w).get(state.level, 0.0) if state.level > 0 else 0.0
+        if power is not None and max(power, known_w) >= trigger_w and settled:
             target = next(
                 (
                     i
                     for i in range(state.level - 1, -1, -1)
-                    if self.estimate_w(state, levels, i, power) < limit_w * self.power_margin
+                    if self.cut_estimate_w(state, levels, i, power, before, power >= trigger_w)
+                    < limit_w * self.power_margin
                 ),
                 0,
             )
@@ -175,7 +201,12 @@ class AdaptivePolicy:
                 if readings.power_estimated
                 else "the limit"
             )
-            why = f"power {power:.2f} W >= {trigger_w:.2f} W ({self.power_trigger:g} x {of})"
+            over = (
+                f"power {power:.2f} W"
+                if power >= trigger_w
+                else f"this level's learned peak {known_w:.2f} W"
+            )
+            why = f"{over} >= {trigger_w:.2f} W ({self.power_trigger:g} x {of})"
             return self._move(state, target, now, why)
         if temp >= self.params.temp_high_c:
             if now - state.changed_at >= self.settle_s:

@@ -31,6 +31,7 @@ from mcpd.governor.energy import EnergyAccount, Served
 from mcpd.governor.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
+from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.supervisor import ServingSupervisor
 from mcpd.snapshot import ModelStats, Snapshot
 from mcpd.telemetry import TelemetryService
@@ -94,6 +95,7 @@ class Daemon:
             baseline=self.baseline,
             notifier=self.notifier,
             hotplug=hotplug,
+            power_map=PowerMapStore(self.config.daemon.state_dir),
             on_status=self._on_status,
         )
         self.daemon_stats = status.DaemonStats(scheduling)

@@ -86,11 +86,34 @@ class PolicyDriver:
         self.levels = levels
         self._adaptive = replace(self._adaptive, level=level, learned_w=learned)
 
+    def learned_peaks(self) -> dict[tuple[tuple[str, float], ...], float]:
+        """The adaptive policy's learned peaks by caps (each sorted by domain)."""
+        return {
+            tuple(sorted(self.levels[i].caps_mhz)): watts
+            for i, watts in self._adaptive.learned_w
+            if i < len(self.levels)
+        }
+
+    def seed(self, peaks: Mapping[tuple[tuple[str, float], ...], float]) -> None:
+        """Peaks learned before (by caps, as learned_peaks gives them), for the levels that have
+        those caps now; a peak learned since is kept where it is higher."""
+        index = {tuple(sorted(level.caps_mhz)): i for i, level in enumerate(self.levels)}
+        merged = dict(self._adaptive.learned_w)
+        for caps, watts in peaks.items():
+            if caps in index:
+                merged[index[caps]] = max(watts, merged.get(index[caps], 0.0))
+        self._adaptive = replace(self._adaptive, learned_w=tuple(merged.items()))
+
     def reload(self, raise_hold_s: float, adaptive: AdaptivePolicy, restart_adaptive: bool) -> None:
-        """New settings: the raise hold starts over; a new adaptive policy keeps the level."""
+        """New settings: the raise hold starts over; a new adaptive policy keeps the level and
+        what was learned about power (a property of the board, not of the policy's settings)."""
         self._hold = RaiseHold(raise_hold_s)
         if restart_adaptive:
-            self._adaptive = replace(adaptive.start(self.levels), level=self._adaptive.level)
+            self._adaptive = replace(
+                adaptive.start(self.levels),
+                level=self._adaptive.level,
+                learned_w=self._adaptive.learned_w,
+            )
 
 
 class BatchSizes:

@@ -30,6 +30,7 @@ from mcpd.governor.energy import BoardEnergy
 from mcpd.governor.freshness import Freshness
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
+from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.readback import Readback
 from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
 from mcpd.governor.thermal_forecast import ThrottleForecast
@@ -69,6 +70,7 @@ class ControlLoop:
         baseline: Baseline | None,
         notifier: Notifier | None = None,
         hotplug: HotplugMonitor | None = None,
+        power_map: PowerMapStore | None = None,
         on_status: Callable[[Snapshot], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -79,6 +81,9 @@ class ControlLoop:
         self.events = events
         self.baseline = baseline
         self.notifier = notifier or Notifier({})
+        self.power_map = power_map
+        """Where the adaptive policy's learned power is kept across restarts (metered boards)."""
+        self._power_map_loaded = False
         self.on_status = on_status
         self.clock = clock
         self.wall = wall
@@ -312,7 +317,23 @@ class ControlLoop:
         plan, estimator = self.sensors.power_plan, self.sensors.estimator
         full_load_w = estimator.full_load_w if estimator and plan.source == "estimate" else None
         self.policy.update_levels(self.actuators.controls, full_load_w)
+        if self.power_map is not None and not self._power_map_loaded and self.policy.levels:
+            self._power_map_loaded = True
+            if plan.source == "meter":
+                self.policy.seed(self.power_map.load(self._power_fingerprint()))
         self._clocks.read(self.actuators.controls)
+
+    def _power_fingerprint(self) -> dict[str, object]:
+        """What learned peaks depend on: the board, its meters and its frequency tables."""
+        return {
+            "platform": self.board.platform,
+            "model": self.board.model,
+            "meters": sorted(self.sensors.power_plan.names),
+            "domains": {
+                name: [c.domain.hw_min, c.domain.hw_max, list(c.domain.table)]
+                for name, c in sorted(self.actuators.controls.items())
+            },
+        }
 
     def _maybe_rediscover(self, now: float) -> None:
         # A vanished file is looked for on housekeeping ticks only: at every sample, the look
@@ -364,6 +385,13 @@ class ControlLoop:
     def _housekeeping(self) -> None:
         if self.baseline is not None:
             self.baseline.keep()  # a copy lost with a full disk or a removed folder is saved again
+        if (
+            self.power_map is not None
+            and self._power_map_loaded
+            and self.sensors.power_plan.source == "meter"
+        ):
+            peaks = self.policy.learned_peaks()
+            self.power_map.keep(self._power_fingerprint(), peaks, self.clock())
         if not self._trips_checked:
             self._trips_checked = True
             competitors.warn_about_kernel_trips(

@@ -1,0 +1,174 @@
+"""The adaptive policy's learned power, kept across restarts (mcpd/governor/power_map.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from governors import Action, AdaptivePolicy, AdaptiveState, Readings, uniform_levels
+from governors.levels import DomainSteps
+from mcpd.governor import power_map
+from mcpd.governor.loop_settings import LoopSettings
+from mcpd.governor.power_map import FILENAME, PowerMapStore
+from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from tests.test_loop import make_loop, run_for
+
+BOARD = {"platform": "x86-amd", "model": None, "meters": ["rapl"], "domains": {"policy0": [1]}}
+HIGH = (("policy0", 2100.0),)
+LOW = (("policy0", 1400.0),)
+
+
+def test_peaks_come_back_on_the_same_board_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PowerMapStore(tmp_path / "state")
+    store.keep(BOARD, {HIGH: 17.7, LOW: 6.1}, now=0.0)
+    assert (tmp_path / "state" / FILENAME).stat().st_mode & 0o777 == 0o644
+    assert PowerMapStore(tmp_path / "state").load(BOARD) == {HIGH: 17.7, LOW: 6.1}
+    other = {**BOARD, "meters": ["ina3221 VDD_IN"]}
+    with caplog.at_level(logging.WARNING):
+        assert PowerMapStore(tmp_path / "state").load(other) == {}
+    assert "learned on another board, meter or set of frequency tables" in caplog.text
+    assert PowerMapStore(tmp_path / "nowhere").load(BOARD) == {}
+
+
+def test_saved_at_most_once_a_minute_and_only_with_something_new(tmp_path: Path) -> None:
+    store = PowerMapStore(tmp_path)
+    path = tmp_path / FILENAME
+    store.keep(BOARD, {HIGH: 17.0}, now=0.0)
+    written = path.stat().st_mtime_ns
+    store.keep(BOARD, {HIGH: 18.0, LOW: 6.0}, now=30.0)  # new, but within the minute
+    assert path.stat().st_mtime_ns == written
+    os.utime(path, ns=(0, 0))
+    store.keep(BOARD, {HIGH: 17.1}, now=100.0)  # up by less than 1 %: not worth a write
+    assert path.stat().st_mtime_ns == 0
+    store.keep(BOARD, {HIGH: 17.1, LOW: 6.0}, now=100.0)
+    assert PowerMapStore(tmp_path).load(BOARD) == {HIGH: 17.1, LOW: 6.0}
+    store.keep(BOARD, {LOW: 5.0, HIGH: 18.0}, now=200.0)  # a peak never goes down
+    assert PowerMapStore(tmp_path).load(BOARD) == {HIGH: 18.0, LOW: 6.0}
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{not json", "not JSON"),
+        (b'{"format": 7}', "not a format-1 learned-power file"),
+        (b'{"format": 1, "fingerprint": FP, "peaks": {}}', '"peaks" is not a list'),
+        (b'{"format": 1, "fingerprint": FP, "peaks": [{"watts": 3}]}', "peaks[0]: no caps_mhz"),
+        (
+            b'{"format": 1, "fingerprint": FP, "peaks": [{"caps_mhz": {"policy0": 1400},'
+            b' "watts": -2}]}',
+            "peaks[0]: watts -2 is not in (0, 10000]",
+        ),
+        (
+            b'{"format": 1, "fingerprint": FP, "peaks": [{"caps_mhz": {"policy0": 1400},'
+            b' "watts": "12"}]}',
+            "peaks[0]: watts '12' is not a number",
+        ),
+        (
+            b'{"format": 1, "fingerprint": FP, "peaks": [{"caps_mhz": {"policy0": "max"},'
+            b' "watts": 12}]}',
+            "peaks[0]: caps_mhz must be numbers",
+        ),
+    ],
+)
+def test_a_file_that_is_not_what_mcpd_writes_is_named_and_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, problem: str
+) -> None:
+    (tmp_path / FILENAME).write_bytes(content.replace(b"FP", json.dumps(BOARD).encode()))
+    with caplog.at_level(logging.WARNING):
+        assert PowerMapStore(tmp_path).load(BOARD) == {}
+    assert problem in caplog.text and str(tmp_path / FILENAME) in caplog.text
+    store = PowerMapStore(tmp_path)
+    store.keep(BOARD, {LOW: 6.0}, now=0.0)  # replaced at the next save
+    assert PowerMapStore(tmp_path).load(BOARD) == {LOW: 6.0}
+
+
+def test_a_planted_link_is_neither_read_nor_written_through(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "elsewhere"
+    planted = power_map.render(BOARD, {HIGH: 1.0})
+    target.write_bytes(planted)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / FILENAME).symlink_to(target)
+    store = PowerMapStore(tmp_path / "state")
+    with caplog.at_level(logging.WARNING):
+        assert store.load(BOARD) == {}
+    assert "symlink" in caplog.text
+    store.keep(BOARD, {HIGH: 17.7}, now=0.0)
+    assert not (tmp_path / "state" / FILENAME).is_symlink()  # replaced, not followed
+    assert target.read_bytes() == planted
+
+
+def test_a_folder_that_cannot_be_written_is_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "state").write_text("a file where the folder should be\n")
+    store = PowerMapStore(tmp_path / "state")
+    with caplog.at_level(logging.WARNING):
+        store.keep(BOARD, {HIGH: 17.7}, now=0.0)
+        store.keep(BOARD, {HIGH: 18.7}, now=100.0)
+    assert caplog.text.count("learned power not saved") == 1
+
+
+LEVELS = uniform_levels([DomainSteps("policy0", 2100.0, (1400.0, 1700.0, 2100.0))])
+
+
+def test_a_level_known_to_draw_over_the_limit_is_left_before_the_load_arrives() -> None:
+    policy = AdaptivePolicy()
+    known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1)))
+    idle = Readings(60.0, 4.0, metered=True)
+    verdict, state = policy.decide(known, idle, 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and state.level == 1
+    assert "learned peak 17.70 W >= 11.94 W" in verdict.reason
+    verdict, state = policy.decide(AdaptiveState(level=2), idle, 10.0, LEVELS)
+    assert verdict.action is Action.HOLD and state.level == 2  # nothing known: nothing to do
+
+
+def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
+    """x86-amd: every core at 2100 MHz draws ~17.7 W under full load, over 12 W. The first
+    daemon learns it the hard way; the second, on an idle board, leaves 2100 MHz at once."""
+    folder = tmp_path / "state"
+    first = Simulator(PROFILES["x86-amd"], tmp_path / "board1")
+    first.build()
+    loop, clock, _ = make_loop(
+        first.root, LoopSettings(policy="adaptive"), power_map=PowerMapStore(folder)
+    )
+    run_for(loop, clock, 5.0, first)
+    assert (folder / FILENAME).exists()
+    top = tuple(sorted(loop.policy.levels[-1].caps_mhz))
+    assert PowerMapStore(folder).load(loop._power_fingerprint())[top] > 12.0
+
+    for remembered, leaves in ((PowerMapStore(folder), True), (None, False)):
+        again = Simulator(
+            PROFILES["x86-amd"], tmp_path / f"board-{leaves}", load=LoadSchedule("idle")
+        )
+        again.build()
+        loop, clock, events = make_loop(
+            again.root, LoopSettings(policy="adaptive"), power_map=remembered
+        )
+        run_for(loop, clock, 2.0, again)
+        lowered = [e for e in events if e.kind == "governor" and e.data["action"] == "lower"]
+        assert bool(lowered) is leaves
+        if leaves:
+            assert "learned peak" in lowered[0].data["reason"]
+
+
+def test_a_cut_lands_on_the_highest_level_whose_known_peak_fits() -> None:
+    """Back at a level with a known peak under the same load, the cut trusts each lower level's
+    own peak (17.7 W now, as known: 1700 MHz's 10.1 W fits) instead of scaling the power now by
+    the plain ratio (17.7 x 1700 / 2100 = 14.3 W: it would go to the floor)."""
+    policy = AdaptivePolicy()
+    known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1), (0, 6.0)))
+    verdict, state = policy.decide(known, Readings(60.0, 17.7, metered=True), 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and state.level == 1
+    # Drawing half as much again as the peak known here: the lower peaks are scaled with it.
+    heavier = Readings(60.0, 17.7 * 1.5, metered=True)
+    known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1), (0, 6.0)))
+    verdict, state = policy.decide(known, heavier, 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and state.level == 0
