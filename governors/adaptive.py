@@ -16,8 +16,9 @@ next by one domain:
   `undo_window_s` doubles that interval (up to `max_raise_interval_s`), a raise that holds halves
   it again: the back-off that keeps it from probing a level it cannot hold every few seconds;
 - power at or above `power_trigger` x `power_high_w` (or a level whose learned peak is, as
-  given back after a restart) jumps down to the highest level whose estimate is under the limit; power is not trusted for `settle_s` after a change (the meters
-  average over 100-140 ms). The estimate for a level (`estimate_w`) is the peak measured there
+  given back after a restart) jumps down to the highest level whose estimate is under the
+  limit; power is not trusted for `settle_s` after a change (the meters average over
+  100-140 ms). The estimate for a level (`estimate_w`) is the peak measured there
   once settled (a learned map: an idle spell does not hide what a burst draws), else scaled from
   the highest level below with a peak; where power is itself an estimate (no meter), each level's
   Energy Model power at full load, against a limit lowered by `estimate_error`;
@@ -155,11 +156,12 @@ class AdaptivePolicy:
         load than when the peaks were learned); else the estimate_w one. A cut made on a learned
         peak rather than on the power now (`loaded` false: the load may be light now) only
         trusts levels with a peak of their own: the power now says nothing about them."""
-        peak = dict(state.learned_w).get(target)
-        if levels[target].full_load_w is None and peak is not None and before_w:
-            return peak * max(1.0, power_w / before_w)
-        if levels[target].full_load_w is None and peak is None and not loaded:
-            return math.inf
+        if levels[target].full_load_w is None:  # metered: what was learned decides
+            peak = dict(state.learned_w).get(target)
+            if peak is not None and before_w:
+                return peak * max(1.0, power_w / before_w)
+            if peak is None and not loaded:
+                return math.inf
         return self.estimate_w(state, levels, target, power_w)
 
     def raise_limit_w(self, state: AdaptiveState, target: int, limit_w: float) -> float:
@@ -185,7 +187,7 @@ class AdaptivePolicy:
         trigger_w = limit_w * self.power_trigger
         # A level known to draw over the limit at its peak (learned before a restart) is left
         # before the load arrives, not at the first meter window over the limit.
-        known_w = dict(state.learned_w).get(state.level, 0.0) if state.level > 0 else 0.0
+        known_w = before if before is not None and state.level > 0 else 0.0
         if power is not None and max(power, known_w) >= trigger_w and settled:
             target = next(
                 (

@@ -23,6 +23,7 @@ from governors import (
     stepped_levels,
 )
 from mcpd.governor.actuation import Actuators, CapChange, DomainControl
+from mcpd.governor.power_map import Caps
 
 
 class PolicyDriver:
@@ -77,27 +78,23 @@ class PolicyDriver:
             return
         fraction = self.levels[self._adaptive.level].fraction if self.levels else 1.0
         level = max((i for i, lv in enumerate(levels) if lv.fraction <= fraction), default=0)
-        index = {lv.caps_mhz: i for i, lv in enumerate(levels)}
-        learned = tuple(
-            (index[self.levels[old].caps_mhz], watts)
-            for old, watts in self._adaptive.learned_w
-            if old < len(self.levels) and self.levels[old].caps_mhz in index
-        )
+        peaks = self.learned_peaks()
         self.levels = levels
-        self._adaptive = replace(self._adaptive, level=level, learned_w=learned)
+        self._adaptive = replace(self._adaptive, level=level, learned_w=())
+        self.seed(peaks)
 
-    def learned_peaks(self) -> dict[tuple[tuple[str, float], ...], float]:
-        """The adaptive policy's learned peaks by caps (each sorted by domain)."""
+    def learned_peaks(self) -> dict[Caps, float]:
+        """The adaptive policy's learned peaks by caps."""
         return {
-            tuple(sorted(self.levels[i].caps_mhz)): watts
+            caps_key(self.levels[i]): watts
             for i, watts in self._adaptive.learned_w
             if i < len(self.levels)
         }
 
-    def seed(self, peaks: Mapping[tuple[tuple[str, float], ...], float]) -> None:
-        """Peaks learned before (by caps, as learned_peaks gives them), for the levels that have
-        those caps now; a peak learned since is kept where it is higher."""
-        index = {tuple(sorted(level.caps_mhz)): i for i, level in enumerate(self.levels)}
+    def seed(self, peaks: Mapping[Caps, float]) -> None:
+        """Peaks by caps (learned before a restart, or before the levels were rebuilt), for the
+        levels that have those caps now; a peak learned since is kept where it is higher."""
+        index = {caps_key(level): i for i, level in enumerate(self.levels)}
         merged = dict(self._adaptive.learned_w)
         for caps, watts in peaks.items():
             if caps in index:
@@ -114,6 +111,12 @@ class PolicyDriver:
                 level=self._adaptive.level,
                 learned_w=self._adaptive.learned_w,
             )
+
+
+def caps_key(level: Level) -> Caps:
+    """A level's caps in domain order: what a learned peak belongs to, whatever the level's
+    index (a new range or a domain come or gone renumbers the levels)."""
+    return tuple(sorted(level.caps_mhz))
 
 
 class BatchSizes:

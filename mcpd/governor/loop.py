@@ -385,13 +385,14 @@ class ControlLoop:
     def _housekeeping(self) -> None:
         if self.baseline is not None:
             self.baseline.keep()  # a copy lost with a full disk or a removed folder is saved again
+        now = self.clock()
         if (
             self.power_map is not None
             and self._power_map_loaded
             and self.sensors.power_plan.source == "meter"
+            and self.power_map.due(now)
         ):
-            peaks = self.policy.learned_peaks()
-            self.power_map.keep(self._power_fingerprint(), peaks, self.clock())
+            self.power_map.keep(self._power_fingerprint(), self.policy.learned_peaks(), now)
         if not self._trips_checked:
             self._trips_checked = True
             competitors.warn_about_kernel_trips(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpd import safefs
+from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.governor.power_map")
 
@@ -51,7 +52,7 @@ class PowerMapStore:
         self.saved: dict[Caps, float] = {}
         """What the file holds (or was loaded from it)."""
         self._saved_at = float("-inf")
-        self._failing: str | None = None
+        self._failing: Episodes[Path] = Episodes(say_changes=True)
 
     @property
     def path(self) -> Path:
@@ -84,9 +85,13 @@ class PowerMapStore:
         log.info("learned power: %d levels from %s", len(peaks), self.path)
         return dict(peaks)
 
+    def due(self, now: float) -> bool:
+        """Whether the last save is a minute old (the caller need not gather anything before)."""
+        return now - self._saved_at >= SAVE_INTERVAL_S
+
     def keep(self, fingerprint: Mapping[str, Any], peaks: Mapping[Caps, float], now: float) -> None:
         """Save `peaks` when they hold something new and the last save is a minute old."""
-        if now - self._saved_at < SAVE_INTERVAL_S or not _news(peaks, self.saved):
+        if not self.due(now) or not _news(peaks, self.saved):
             return
         self._saved_at = now
         merged = {
@@ -101,13 +106,11 @@ class PowerMapStore:
                 os.close(folder)
         except OSError as exc:
             problem = f"{self.path}: {exc.strerror or exc}"
-            if problem != self._failing:
+            if self._failing.fail(self.path, problem):
                 log.warning("learned power not saved (%s); retried in a minute", problem)
-            self._failing = problem
             return
-        if self._failing is not None:
+        if self._failing.succeed(self.path):
             log.info("learned power saved again to %s", self.path)
-        self._failing = None
         self.saved = merged
 
 
