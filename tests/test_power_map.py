@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,13 @@ import pytest
 from governors import Action, AdaptivePolicy, AdaptiveState, Readings, uniform_levels
 from governors.levels import DomainSteps
 from mcpd.governor import power_map
+from mcpd.governor.actuation import DomainControl
+from mcpd.governor.decisions import PolicyDriver, caps_key
+from mcpd.governor.domains import FrequencyDomain
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.power_map import FILENAME, PowerMapStore
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
+from tests.conftest import PROJECT
 from tests.test_loop import make_loop, run_for
 
 BOARD = {"platform": "x86-amd", "model": None, "meters": ["rapl"], "domains": {"policy0": [1]}}
@@ -172,3 +177,42 @@ def test_a_cut_lands_on_the_highest_level_whose_known_peak_fits() -> None:
     known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1), (0, 6.0)))
     verdict, state = policy.decide(known, heavier, 10.0, LEVELS)
     assert verdict.action is Action.LOWER and state.level == 0
+
+
+def test_a_cut_on_a_learned_peak_trusts_only_levels_with_a_peak_of_their_own() -> None:
+    """Idle at a level known to draw 17.7 W: 1700 MHz was never measured, and 4 W now says
+    nothing about it under load, so the cut goes to the level whose own peak fits."""
+    policy = AdaptivePolicy()
+    known = AdaptiveState(level=2, learned_w=((2, 17.7), (0, 6.0)))
+    verdict, state = policy.decide(known, Readings(60.0, 4.0, metered=True), 10.0, LEVELS)
+    assert verdict.action is Action.LOWER and state.level == 0
+
+
+def test_a_reloaded_policy_keeps_what_it_learned_about_power() -> None:
+    driver = PolicyDriver(AdaptivePolicy(), 0.0)
+    driver.update_levels(_controls())
+    top = caps_key(driver.levels[-1])
+    driver.seed({top: 17.7})
+    driver.reload(0.0, AdaptivePolicy(margin_c=1.0), restart_adaptive=True)
+    assert driver.learned_peaks() == {top: 17.7}
+
+
+def _controls() -> dict[str, DomainControl]:
+    table = tuple(khz * 1000 for khz in (1400, 1700, 2100))
+    domain = FrequencyDomain("policy0", "cpufreq", Path("/sys/x"), table[0], table[-1], table)
+    return {"policy0": DomainControl(domain, 1400.0, 2100.0, 2100.0)}
+
+
+def test_the_warm_benchmark_starts_from_the_first_runs_learned_power() -> None:
+    """x86-intel, half busy then fully busy at 75 s: a fresh governor crosses 12 W for one meter
+    window at the step; restarted from the first run's learned power it has left the top level
+    at start and does not."""
+    sys.path.insert(0, str(PROJECT / "bench"))
+    import quality  # bench/quality.py
+
+    case = quality.Case("x86-intel", "load-step", minutes=2.5)
+    (fresh,) = quality.sweep_seeds([case], ("adaptive",))
+    (warm,) = quality.sweep_seeds([case], ("adaptive",), warm=True)
+    assert fresh["governor"] == "adaptive" and warm["governor"] == "adaptive, warm"
+    assert fresh["seconds_over_power_limit_after_1s"] > 0
+    assert warm["seconds_over_power_limit_after_1s"] == 0
