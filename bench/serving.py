@@ -6,10 +6,14 @@ the real daemon, idle and with the server at full load.
     .venv/bin/python bench/serving.py [--slices 6] [--seconds 0.75]
     .venv/bin/python bench/serving.py --quick              # the ~1 ms model, concurrency 1 and 8
     .venv/bin/python bench/serving.py --baseline-tree DIR  # DIR's server beside this one
+    .venv/bin/python bench/serving.py --max-batch 32       # and this one's with max_batch 32
 
 With `--baseline-tree`, the inference server of another checkout (for instance
 `git worktree add /tmp/serving-before main` before a change) is measured in the same run, each of
-its slices paired with an in-process slice like this tree's ("before", "before_shm"). For every
+its slices paired with an in-process slice like this tree's ("before", "before_shm"); with
+`--max-batch N`, a second server of this tree that may batch up to N requests ("max_batch_N",
+"max_batch_N_shm"). The servers take their slices in turn, one each, so that the host's speed
+drifting over minutes falls on all of them alike. For every
 mcpd server, `loop_cpu_us_per_request` is the CPU time its event-loop thread spent per request:
 the HTTP layer's cost, which a machine busy with other work stretches in wall time but hardly
 changes, unlike the throughput ratios.
@@ -38,7 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -403,12 +407,16 @@ class Options:
     """Another checkout whose server is measured beside this one's."""
     uvloop: bool = False
     """This checkout's server on uvloop."""
+    max_batch: int | None = None
+    """A second server of this checkout, with this max_batch instead of the best batch."""
 
 
 def bench_model(model: Model, folder: Path, options: Options) -> dict[str, object]:
     """Each served measurement is a series of slices, each paired with an in-process slice taken
     right before it; ratios are per pair (medians), so background load drifting on a shared
-    machine affects both sides of each ratio alike."""
+    machine affects both sides of each ratio alike. The servers' slices are interleaved (one
+    slice of each in turn), so that a drift between minutes does not fall on one server's
+    slices and not on another's."""
     slices, seconds = options.slices, options.seconds
     seconds *= model.seconds_factor
     x = np.random.default_rng(1).random((1, *model.shape), np.float32)
@@ -431,6 +439,10 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
                 mcpd_server(model, best, folder, options.baseline, "-before")
             )
             served_here.insert(0, ("before", before))
+        if options.max_batch is not None:
+            label = f"max_batch_{options.max_batch}"
+            wide = servers.enter_context(mcpd_server(model, options.max_batch, folder, ROOT, label))
+            served_here.append((label, wide))
         for label, server in served_here:
 
             def connect(sock: str = server.sock) -> Any:
@@ -446,54 +458,87 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
                 peer_request(x),
                 None,
             )
-        sock = this.sock
         for c in options.concurrency:
-            cell: dict[str, object] = {}
-            for name, (connect, request, pid) in targets.items():
-                generator = LoadGenerator(connect, request, c)
+            generators = {
+                name: LoadGenerator(connect, request, c)
+                for name, (connect, request, _) in targets.items()
+            }
+            for generator in generators.values():
                 generator.measure(min(1.0, seconds))  # warm up
-                ratios, ratios_b1, overheads, latencies, reference = [], [], [], [], []
-                served_s = 0.0
-                loop_ns = 0
-                for _ in range(slices):
-                    ref = timed(lambda: session.run(None, {"image": batch}), seconds)
-                    ref_b1 = (
-                        timed(lambda: session.run(None, {"image": x}), seconds) if c == 1 else []
-                    )
-                    cpu_before = 0 if pid is None else loop_cpu_ns(pid)
-                    served, elapsed = generator.measure(seconds)
-                    loop_ns += 0 if pid is None else loop_cpu_ns(pid) - cpu_before
-                    served_s += elapsed
-                    in_process_rate = best * len(ref) / sum(ref)
-                    ratios.append(len(served) / elapsed / in_process_rate)
-                    if ref_b1:
-                        ratios_b1.append(len(served) / elapsed / (len(ref_b1) / sum(ref_b1)))
-                        overheads.append(
-                            (statistics.median(served) - statistics.median(ref_b1)) * 1e6
-                        )
-                    latencies += served
-                    reference.append(in_process_rate)
+            runs = {name: Slices() for name in targets}
+            for _ in range(slices):
+                for name, (_, _, pid) in targets.items():
+                    runs[name].add(generators[name], pid, c == 1, session, x, batch, seconds)
+            for generator in generators.values():
                 generator.close()
-                p50, p99 = percentiles(latencies)
-                cell[name] = {
-                    "throughput": round(len(latencies) / served_s, 1),
-                    "p50_ms": round(p50, 3),
-                    "p99_ms": round(p99, 3),
-                    "over_in_process": round(statistics.median(ratios), 3),
-                }
-                if pid is not None:
-                    cell[name]["loop_cpu_us_per_request"] = round(loop_ns / 1e3 / len(latencies), 1)  # type: ignore[index]
-                if ratios_b1:
-                    # One request at a time never forms a batch: this is the like-for-like ratio
-                    # when the best in-process batch is larger than 1.
-                    cell[name]["over_in_process_batch1"] = round(statistics.median(ratios_b1), 3)  # type: ignore[index]
-                if overheads:
-                    cell[name]["overhead_p50_us"] = round(statistics.median(overheads), 1)  # type: ignore[index]
-            cell["in_process_best"] = round(statistics.median(reference), 1)
+            cell: dict[str, object] = {name: runs[name].summary() for name in targets}
+            cell["in_process_best"] = round(
+                statistics.median(r for run in runs.values() for r in run.reference), 1
+            )
             result[f"c{c}"] = cell
             print(f"{model.name}: concurrency {c} done", file=sys.stderr)
-        result["mcpd_client_c1"] = client_c1(sock, x, seconds * slices / 2)
+        result["mcpd_client_c1"] = client_c1(this.sock, x, seconds * slices / 2)
     return result
+
+
+@dataclass
+class Slices:
+    """One target's paired slices at one concurrency."""
+
+    ratios: list[float] = field(default_factory=list)
+    ratios_b1: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)
+    served_s: float = 0.0
+    loop_ns: int = 0
+    measured_loop: bool = False
+
+    def add(
+        self,
+        generator: LoadGenerator,
+        pid: int | None,
+        single: bool,
+        session: ort.InferenceSession,
+        x: np.ndarray,
+        batch: np.ndarray,
+        seconds: float,
+    ) -> None:
+        """An in-process slice at the best batch (and at batch 1 for a single connection), then
+        the served slice it is paired with."""
+        ref = timed(lambda: session.run(None, {"image": batch}), seconds)
+        ref_b1 = timed(lambda: session.run(None, {"image": x}), seconds) if single else []
+        cpu_before = 0 if pid is None else loop_cpu_ns(pid)
+        served, elapsed = generator.measure(seconds)
+        if pid is not None:
+            self.loop_ns += loop_cpu_ns(pid) - cpu_before
+            self.measured_loop = True
+        self.served_s += elapsed
+        in_process_rate = len(batch) * len(ref) / sum(ref)
+        self.ratios.append(len(served) / elapsed / in_process_rate)
+        if ref_b1:
+            self.ratios_b1.append(len(served) / elapsed / (len(ref_b1) / sum(ref_b1)))
+            self.overheads.append((statistics.median(served) - statistics.median(ref_b1)) * 1e6)
+        self.latencies += served
+        self.reference.append(in_process_rate)
+
+    def summary(self) -> dict[str, float]:
+        p50, p99 = percentiles(self.latencies)
+        out = {
+            "throughput": round(len(self.latencies) / self.served_s, 1),
+            "p50_ms": round(p50, 3),
+            "p99_ms": round(p99, 3),
+            "over_in_process": round(statistics.median(self.ratios), 3),
+        }
+        if self.measured_loop:
+            out["loop_cpu_us_per_request"] = round(self.loop_ns / 1e3 / len(self.latencies), 1)
+        if self.ratios_b1:
+            # One request at a time never forms a batch: this is the like-for-like ratio
+            # when the best in-process batch is larger than 1.
+            out["over_in_process_batch1"] = round(statistics.median(self.ratios_b1), 3)
+        if self.overheads:
+            out["overhead_p50_us"] = round(statistics.median(self.overheads), 1)
+        return out
 
 
 def main() -> None:
@@ -508,6 +553,9 @@ def main() -> None:
     )
     parser.add_argument("--baseline-tree", type=Path, help="a checkout to measure beside this one")
     parser.add_argument("--uvloop", action="store_true", help="this checkout's server on uvloop")
+    parser.add_argument(
+        "--max-batch", type=int, help="also this checkout's server with this max_batch"
+    )
     args = parser.parse_args()
     options = Options(
         args.slices,
@@ -516,6 +564,7 @@ def main() -> None:
         peer=not args.quick,
         baseline=None if args.baseline_tree is None else args.baseline_tree.resolve(),
         uvloop=args.uvloop,
+        max_batch=args.max_batch,
     )
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         folder = Path(tmp)
