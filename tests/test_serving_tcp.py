@@ -111,6 +111,17 @@ def test_a_loopback_tcp_peer_is_the_user_that_made_its_socket(
             assert Peers(str(tmp_path)).uid(_Transport(accepted)) is None  # type: ignore[arg-type]
 
 
+def test_a_unix_socket_peer_is_looked_up_once_per_connection() -> None:
+    server, client = socket.socketpair(socket.AF_UNIX)
+    transport = _Transport(server)
+    peers = Peers()
+    with client:
+        assert peers.uid(transport) == os.getuid()  # type: ignore[arg-type]
+        server.close()  # SO_PEERCRED would now fail: the answer is the one kept
+        assert peers.uid(transport) == os.getuid()  # type: ignore[arg-type]
+    assert Peers().uid(None) is None
+
+
 def test_tcp_connections_send_small_writes_at_once() -> None:
     """TCP_NODELAY on every accepted TCP connection: a response is more than one write, and Nagle
     would hold the last one for the client's delayed ACK."""

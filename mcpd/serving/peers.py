@@ -13,7 +13,8 @@ namespace, which mcpd.serving.shm refuses alike. A client that is not on loopbac
 `[serving] allow_remote_http`) has no entry here, hence no uid: it cannot use shared memory, which
 is on another host anyway.
 
-The lookup reads a file, so it is done once per connection and kept with the connection.
+Either is fixed for the life of a connection, so it is looked up once per connection and kept
+with it (the TCP lookup reads a file; SO_PEERCRED is a system call on every request otherwise).
 """
 
 from __future__ import annotations
@@ -33,24 +34,27 @@ ESTABLISHED = "01"
 class Peers:
     def __init__(self, proc_net: str = PROC_NET) -> None:
         self.proc_net = proc_net
-        self._tcp: weakref.WeakKeyDictionary[asyncio.BaseTransport, int | None] = (
+        self._uids: weakref.WeakKeyDictionary[asyncio.BaseTransport, int | None] = (
             weakref.WeakKeyDictionary()
         )
 
     def uid(self, transport: asyncio.BaseTransport | None) -> int | None:
         """The connecting user, or None where it cannot be known."""
-        sock = None if transport is None else transport.get_extra_info("socket")
+        if transport is None:
+            return None
+        if transport not in self._uids:
+            self._uids[transport] = self._lookup(transport.get_extra_info("socket"))
+        return self._uids[transport]
+
+    def _lookup(self, sock: socket.socket | None) -> int | None:
         if sock is None:
             return None
         if sock.family == socket.AF_UNIX:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             return int(struct.unpack("3i", creds)[1])
-        if sock.family not in (socket.AF_INET, socket.AF_INET6):
-            return None
-        assert transport is not None
-        if transport not in self._tcp:
-            self._tcp[transport] = self._tcp_uid(sock)
-        return self._tcp[transport]
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            return self._tcp_uid(sock)
+        return None
 
     def _tcp_uid(self, sock: socket.socket) -> int | None:
         try:
