@@ -82,10 +82,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp())
-    path = str(folder / "small.onnx")
-    onnx.save(classifier(size=160, width=32), path)
-    x = np.random.default_rng(0).random((args.batch, *SHAPE), np.float32)
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "small.onnx")
+        onnx.save(classifier(size=160, width=32), path)
+        print(json.dumps(contend(path, args.batch, args.rounds, args.seconds), indent=1))
+
+
+def contend(path: str, batch: int, rounds: int, seconds: float) -> dict[str, object]:
+    x = np.random.default_rng(0).random((batch, *SHAPE), np.float32)
 
     def runner(session: ort.InferenceSession) -> Callable[[], None]:
         return lambda: session.run(None, {"image": x})
@@ -98,38 +102,34 @@ def main() -> None:
         for run in runners:
             run()
     samples: dict[tuple[str, float], list[tuple[float, float]]] = {}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for duty in DUTIES:
             stop = multiprocessing.Event()
             competitor = multiprocessing.Process(target=compete, args=(duty, stop))
             if duty:
                 competitor.start()
             for name, runners in configurations.items():
-                samples.setdefault((name, duty), []).append(
-                    measure(runners, args.batch, args.seconds)
-                )
+                samples.setdefault((name, duty), []).append(measure(runners, batch, seconds))
             stop.set()
             if duty:
                 competitor.join()
     result: dict[str, object] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "onnxruntime": ort.__version__,
-        "batch": args.batch,
-        "rounds": args.rounds,
+        "batch": batch,
+        "rounds": rounds,
     }
     for name in configurations:
-        alone = statistics.median(rate for rate, _ in samples[(name, 0.0)])
+        rates = {d: statistics.median(r for r, _ in samples[(name, d)]) for d in DUTIES}
         result[name] = {
             f"duty_{duty:g}": {
-                "images_per_s": round(statistics.median(r for r, _ in samples[(name, duty)])),
+                "images_per_s": round(rates[duty]),
                 "cpu_us_per_image": round(statistics.median(c for _, c in samples[(name, duty)])),
-                "over_alone": round(
-                    statistics.median(r for r, _ in samples[(name, duty)]) / alone, 3
-                ),
+                "over_alone": round(rates[duty] / rates[0.0], 3),
             }
             for duty in DUTIES
         }
-    print(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":
