@@ -9,7 +9,9 @@ to, a FIFO would make an open() block for ever, a huge file would be read whole.
   is opened relative to that descriptor (dir_fd) with O_NOFOLLOW;
 - a file is written by creating a fresh, unpredictable name with O_EXCL (never an existing one),
   fsyncing it and renaming it over the target: rename(2) replaces a planted symlink, never follows it;
-- a file is read only when it is a regular file of bounded size, opened with O_NONBLOCK;
+- a file is read only when it is a regular file of bounded size, opened with O_NONBLOCK, and a JSON
+  state file is parsed only to a bounded depth (a file of 100 000 `[` once ended `mcpd run` and
+  root's `mcpd restore` with a RecursionError);
 - nothing is chowned: what root writes stays root's and is made readable (0644) for the daemon,
   which owns the folder and so can still replace or remove it.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 import stat
@@ -27,8 +30,16 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+JSON_DEPTH = 32
+"""Deeper than any document mcpd writes (the deepest, a baseline or learned peaks, is 4)."""
+
+
 class UnsafeFileError(OSError):
     """A path that is not what mcpd writes there: a symlink, a FIFO, a folder, an oversized file."""
+
+
+class CorruptFileError(ValueError):
+    """A regular file that is not what mcpd writes in it: not UTF-8 JSON, or nested too deep."""
 
 
 def open_folder(path: str | Path, *, create: bool = False, mode: int = 0o750) -> int:
@@ -72,6 +83,43 @@ def read_file(folder: int, name: str, limit: int) -> bytes | None:
         return data
     finally:
         os.close(fd)
+
+
+def parse_json(data: bytes, depth: int = JSON_DEPTH) -> object:
+    """The JSON document in `data`. Raises CorruptFileError naming what is wrong."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(f"not UTF-8 (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise CorruptFileError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # json's C scanner stops at the interpreter's recursion limit
+        raise CorruptFileError(f"nested deeper than {depth} levels") from None
+    if _depth(document, depth) > depth:
+        raise CorruptFileError(f"nested deeper than {depth} levels")
+    return document
+
+
+def _depth(document: object, limit: int) -> int:
+    """The nesting depth of a parsed document, counted without recursion and no further than
+    one level past `limit`."""
+    deepest, level = 0, [(document, 1)]
+    while level:
+        value, depth = level.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > limit:
+                break
+            children = value.values() if isinstance(value, dict) else value
+            level.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def read_json(folder: int, name: str, limit: int, depth: int = JSON_DEPTH) -> object | None:
+    """The JSON document in the regular file `name` in `folder`; None when there is none. Raises
+    CorruptFileError when it is not JSON (or is nested deeper than `depth`), and as read_file."""
+    data = read_file(folder, name, limit)
+    return None if data is None else parse_json(data, depth)
 
 
 def write_file(folder: int, name: str, data: bytes, mode: int = 0o644) -> None:

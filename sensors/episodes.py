@@ -10,6 +10,7 @@ daemon use the same one.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -45,3 +46,35 @@ class Episodes(Generic[Key]):
     def succeed(self, key: Key) -> bool:
         """Record a success; True when it ends an episode (say that once)."""
         return self._why.pop(key, None) is not None
+
+
+class Repeats(Generic[Key]):
+    """A problem that can repeat thousands of times a second (a command flood, a failing load
+    asked for in a loop, a udev storm): said the first time, then at most once per `interval_s`
+    per key, with how many times it happened unsaid in between. Episodes suits a problem that ends
+    with a success; this one, repeats that have no end to wait for. At most `limit` keys are kept
+    (the least recently said is forgotten), so varying keys cannot grow it without bound. No clock
+    of its own: the caller passes `now`."""
+
+    def __init__(self, interval_s: float, *, limit: int = 256) -> None:
+        self.interval_s = interval_s
+        self.limit = limit
+        self._said: OrderedDict[Key, tuple[float, int]] = OrderedDict()
+        """Per key: when it was last said, and how many times it happened since, unsaid."""
+
+    def say(self, key: Key, now: float) -> int | None:
+        """Record one occurrence. None: stay quiet. Otherwise say it now, with the returned number
+        of occurrences that were not said since it was last said (0 the first time)."""
+        said = self._said.get(key)
+        if said is not None and now - said[0] < self.interval_s:
+            self._said[key] = (said[0], said[1] + 1)
+            return None
+        self._said[key] = (now, 0)
+        self._said.move_to_end(key)
+        if len(self._said) > self.limit:
+            self._said.popitem(last=False)
+        return 0 if said is None else said[1]
+
+    def unsaid(self) -> int:
+        """Occurrences not said yet, over every key."""
+        return sum(count for _, count in self._said.values())

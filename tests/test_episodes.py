@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sensors.episodes import Episodes
+from sensors.episodes import Episodes, Repeats
 
 
 def test_an_episode_is_said_when_it_starts_and_when_it_ends() -> None:
@@ -28,3 +28,21 @@ def test_beyond_the_limit_the_oldest_episode_is_forgotten() -> None:
     for key in (1, 2, 1, 3):
         episodes.fail(key)
     assert len(episodes) == 2 and 2 not in episodes and 1 in episodes and 3 in episodes
+
+
+def test_a_repeat_is_said_once_per_interval_with_the_count_left_unsaid() -> None:
+    repeats: Repeats[str] = Repeats(60.0)
+    assert repeats.say("demo: EIO", 0.0) == 0
+    assert [repeats.say("demo: EIO", t) for t in (1.0, 2.0, 59.9)] == [None, None, None]
+    assert repeats.say("other", 30.0) == 0  # each key has its own interval
+    assert repeats.unsaid() == 3
+    assert repeats.say("demo: EIO", 60.0) == 3
+    assert repeats.unsaid() == 0 and repeats.say("demo: EIO", 61.0) is None
+
+
+def test_repeats_keep_at_most_limit_keys_forgetting_the_least_recently_said() -> None:
+    repeats: Repeats[int] = Repeats(60.0, limit=2)
+    for key in (1, 2, 3):
+        assert repeats.say(key, 0.0) == 0
+    assert repeats.say(2, 1.0) is None and repeats.say(3, 1.0) is None
+    assert repeats.say(1, 1.0) == 0  # forgotten, so said again as new
