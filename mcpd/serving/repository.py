@@ -65,11 +65,17 @@ class Repository:
         events: EventBus,
         limit: int,
         optimizer: Optimizer | None = None,
+        *,
+        open_backend: Callable[[ModelSection], backends.Backend] = backends.load,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.batch_size = batch_size
         self.events = events
         self.limit = limit
         self.optimizer = optimizer
+        self.open_backend = open_backend
+        """Builds a session; blocking, called on a loader thread."""
+        self.clock = clock
         self.entries: dict[str, Entry] = {}
         self._loader = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="model-load", initializer=lower_priority
@@ -190,7 +196,7 @@ class Repository:
         """Load `model` (or, with `built`, its optimized file) and swap it in if no later load or
         unload was asked for meanwhile. Returns why it failed, or None."""
         loop = asyncio.get_running_loop()
-        started = time.monotonic()
+        started = self.clock()
         # The optimized file replaces the path; a saved graph of the original must not stand in.
         source = (
             model
@@ -202,7 +208,7 @@ class Repository:
             )
         )
         try:
-            backend = await loop.run_in_executor(self._loader, backends.load, source)
+            backend = await loop.run_in_executor(self._loader, self.open_backend, source)
         except Exception as exc:
             return self._failed(model, generation, exc)
         entry = self.entries.get(model.name)
@@ -227,7 +233,7 @@ class Repository:
         detail = ", ".join(f"{k} {v}" for k, v in backend.detail.items())
         message = (
             f"model {model.name} {'reloaded' if old else 'loaded'} in "
-            f"{time.monotonic() - started:.2f} s: {backend.kind} ({detail}), "
+            f"{self.clock() - started:.2f} s: {backend.kind} ({detail}), "
             f"batch 1..{model.max_batch}"
             + (f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else "")
         )
