@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from mcpd.demo.build import IR_VERSION, OPSET
 
@@ -111,5 +112,32 @@ def strings(path: Path, batch: int | str = "N") -> Path:
     )
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def heavy(path: Path, layers: int = 40, width: int = 512) -> Path:
+    """x FP32 [N, width] -> y: `layers` matrix products by random weights, a 1 MB tensor each at
+    the default width (42 MB in all): a model whose sessions show in the process's memory, made of
+    tensors that glibc's heap keeps when they are freed, as a real network's are."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.random((width, width), dtype=np.float32), f"w{layer}")
+        for layer in range(layers)
+    ]
+    nodes, previous = [], "x"
+    for layer in range(layers):
+        nodes.append(helper.make_node("MatMul", [previous, f"w{layer}"], [f"h{layer}"]))
+        previous = f"h{layer}"
+    nodes.append(helper.make_node("Identity", [previous], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "heavy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
     onnx.save(model, path)
     return path

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcpd.serving.codec import VERSION, parameters_of
+from mcpd.serving.entry import Entry
 from mcpd.serving.errors import RequestError
-from mcpd.serving.repository import Entry
 from mcpd.serving.values import brief
 
 STATES = {
