@@ -1,8 +1,9 @@
 """Loads of a model that clients ask for at once, in a loop, or overtake (issue 26): one session
 built for what is already building, nothing for a load overtaken before it started, sessions
-nobody wants released at once and their memory given back, and one optimizer at a time. The
-rules (mcpd.serving.loads), the repository with real onnxruntime sessions (the builder counts and
-holds them), then the real daemon's serving process and its memory."""
+nobody wants released at once and their memory given back, one optimizer at a time, and a failure
+said once a minute with its count. The rules (mcpd.serving.loads), the repository with real
+onnxruntime sessions (the builder counts and holds them), then the real daemon's serving process
+and its memory."""
 
 from __future__ import annotations
 
@@ -276,6 +277,38 @@ def test_loads_in_a_loop_start_one_optimization(tmp_path: Path) -> None:
         assert optimizer.started == 1
 
     run(scenario, optimizer=optimizer)
+
+
+def test_a_failure_repeated_in_a_loop_is_said_once_a_minute_with_its_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"not a model")
+    now = [1000.0]
+
+    async def scenario(repository: Repository, events: list[Event]) -> list[Event]:
+        await repository.apply((ModelSection(name="m", path=str(path)),))
+        await settled(repository)
+        for _ in range(20):
+            with pytest.raises(RequestError, match="onnxruntime cannot load"):
+                await repository.load("m")
+        now[0] += 60
+        with pytest.raises(RequestError):
+            await repository.load("m")
+        path.unlink()  # another reason: said at once
+        with pytest.raises(RequestError, match="does not exist"):
+            await repository.load("m")
+        return [e for e in events if e.data.get("state") == "failed"]
+
+    with caplog.at_level(logging.ERROR, "mcpd.serving"):
+        failures = run(scenario, clock=lambda: now[0])
+    first, again, other = failures
+    assert first.message.startswith(f"model m failed to load: onnxruntime cannot load {path}")
+    assert first.data["unsaid"] == 0
+    assert again.message == first.message + " (20 more times since this was last said)"
+    assert again.data == {"model": "m", "state": "failed", "unsaid": 20}
+    assert other.message == f"model m failed to load: model file {path} does not exist"
+    assert [r.getMessage() for r in caplog.records] == [e.message for e in failures]
 
 
 def test_sixteen_loads_that_hang_up_cost_the_serving_process_one_session(tmp_path: Path) -> None:

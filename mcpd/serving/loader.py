@@ -1,7 +1,8 @@
 """Building the repository's sessions: on loader threads, by mcpd.serving.loads's rules (one
 session building per model at most, only the last load asked for swaps in), each swapped in as it
 ends or, when nobody wants it any more, released at once on a thread of its own and its memory
-given back; an optimized version built in the background once the original serves.
+given back; an optimized version built in the background once the original serves; failures said
+once per reason per minute.
 
 Owned by the event loop, as the repository's entries it changes are.
 """
@@ -25,8 +26,15 @@ from mcpd.serving.entry import Entry
 from mcpd.serving.errors import LoadError
 from mcpd.serving.loads import Load, Target
 from mcpd.serving.worker import ModelWorker, lower_priority
+from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.serving")
+
+FAILURE_INTERVAL_S = 60.0
+"""A model's failure repeated for the same reason (a client asking in a loop for the load of a
+broken file) is said at most once per this, with the count of those unsaid: each one said is a log
+line and an event the governor spools for MQTT (15 549 spooled messages lost to such a flood while
+the broker was down, issue 26)."""
 
 
 class Loader:
@@ -60,6 +68,7 @@ class Loader:
         self._answers: dict[Load, asyncio.Future[str | None]] = {}
         """Per load not yet ended: what its requests wait for (why it failed, or None)."""
         self._optimizing: set[asyncio.Task[None]] = set()
+        self._failures: Repeats[str] = Repeats(FAILURE_INTERVAL_S)
 
     @property
     def building(self) -> int:
@@ -209,8 +218,15 @@ class Loader:
         self._report_failure(message, {"model": name, "state": "failed"})
 
     def _report_failure(self, message: str, data: Mapping[str, object]) -> None:
+        """Log and publish a failure, the same one at most once per FAILURE_INTERVAL_S, saying
+        how many times it happened unsaid meanwhile."""
+        unsaid = self._failures.say(message, self.clock())
+        if unsaid is None:
+            return
+        if unsaid:
+            message += f" ({unsaid} more times since this was last said)"
         log.error("%s", message)
-        self.events.publish(Event("model", message, data))
+        self.events.publish(Event("model", message, {**data, "unsaid": unsaid}))
 
     async def retire(self, worker: ModelWorker | None) -> None:
         if worker is not None:
