@@ -311,6 +311,27 @@ def test_a_failure_repeated_in_a_loop_is_said_once_a_minute_with_its_count(
     assert [r.getMessage() for r in caplog.records] == [e.message for e in failures]
 
 
+def test_loads_in_a_loop_say_what_the_backend_settled_for_once_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ModelSection(name="m", path=str(scale(tmp_path / "m.onnx")))  # TensorRT, CUDA, CPU
+    now = [1000.0]
+
+    async def scenario(repository: Repository, events: list[Event]) -> None:
+        await repository.apply((model,))
+        await settled(repository)
+        for _ in range(5):
+            await repository.load("m")
+        now[0] += 60
+        await repository.load("m")
+
+    with caplog.at_level(logging.WARNING, "mcpd.serving"):
+        run(scenario, clock=lambda: now[0])
+    said = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
+    assert len(said) == 2 and said[0].startswith("model m: TensorrtExecutionProvider")
+    assert said[1] == said[0] + " (5 more times since this was last said)"
+
+
 def test_sixteen_loads_that_hang_up_cost_the_serving_process_one_session(tmp_path: Path) -> None:
     """Issue 26's figure: 16 load requests whose clients hung up added 1.6 GB to serving for
     good. Here a 42 MB model: a reload gives the replaced session's memory back, and the 16 loads

@@ -30,11 +30,11 @@ from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.serving")
 
-FAILURE_INTERVAL_S = 60.0
-"""A model's failure repeated for the same reason (a client asking in a loop for the load of a
-broken file) is said at most once per this, with the count of those unsaid: each one said is a log
-line and an event the governor spools for MQTT (15 549 spooled messages lost to such a flood while
-the broker was down, issue 26)."""
+REPEAT_INTERVAL_S = 60.0
+"""A model's failure or warning repeated for the same reason (a client asking in a loop for the
+load of a model) is said at most once per this, with the count of those unsaid: each failure said
+is a log line and an event the governor spools for MQTT (15 549 spooled messages lost to such a
+flood while the broker was down, the log +1.4 MB per 8 s, issue 26)."""
 
 
 class Loader:
@@ -68,7 +68,8 @@ class Loader:
         self._answers: dict[Load, asyncio.Future[str | None]] = {}
         """Per load not yet ended: what its requests wait for (why it failed, or None)."""
         self._optimizing: set[asyncio.Task[None]] = set()
-        self._failures: Repeats[str] = Repeats(FAILURE_INTERVAL_S)
+        self._repeats: Repeats[str] = Repeats(REPEAT_INTERVAL_S)
+        """What the loads said, by message."""
 
     @property
     def building(self) -> int:
@@ -119,6 +120,9 @@ class Loader:
             )
         except Exception as exc:
             error = _reason(exc)
+        else:
+            for warning in backend.warnings:
+                self._say(logging.WARNING, f"model {name}: {warning}")
         wanted, following = entry.loads.finished(load)
         if following is not None:
             self._start(entry, following)
@@ -218,15 +222,20 @@ class Loader:
         self._report_failure(message, {"model": name, "state": "failed"})
 
     def _report_failure(self, message: str, data: Mapping[str, object]) -> None:
-        """Log and publish a failure, the same one at most once per FAILURE_INTERVAL_S, saying
-        how many times it happened unsaid meanwhile."""
-        unsaid = self._failures.say(message, self.clock())
-        if unsaid is None:
-            return
-        if unsaid:
-            message += f" ({unsaid} more times since this was last said)"
-        log.error("%s", message)
-        self.events.publish(Event("model", message, {**data, "unsaid": unsaid}))
+        """Log and publish a failure (as _say says it)."""
+        unsaid = self._say(logging.ERROR, message)
+        if unsaid is not None:
+            self.events.publish(
+                Event("model", _counted(message, unsaid), {**data, "unsaid": unsaid})
+            )
+
+    def _say(self, level: int, message: str) -> int | None:
+        """Log `message`, the same one at most once per REPEAT_INTERVAL_S with the count of
+        those unsaid meanwhile; returns that count, or None when it stays unsaid."""
+        unsaid = self._repeats.say(message, self.clock())
+        if unsaid is not None:
+            log.log(level, "%s", _counted(message, unsaid))
+        return unsaid
 
     async def retire(self, worker: ModelWorker | None) -> None:
         if worker is not None:
@@ -241,6 +250,10 @@ class Loader:
         await asyncio.gather(*(self.retire(worker) for worker in workers))
         self._builder.shutdown(wait=False, cancel_futures=True)
         self._releaser.shutdown(wait=False, cancel_futures=True)
+
+
+def _counted(message: str, unsaid: int) -> str:
+    return f"{message} ({unsaid} more times since this was last said)" if unsaid else message
 
 
 def _reason(exc: Exception) -> str:

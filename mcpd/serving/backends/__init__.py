@@ -35,6 +35,10 @@ class Backend(Protocol):
     """The batch size the model only accepts, or None where the batch dimension is free."""
     detail: Mapping[str, object]
     """What was chosen at load (provider, cores), for status and logs."""
+    warnings: tuple[str, ...]
+    """What the load had to settle for (a provider missing or failing to start, an option
+    ignored). The repository says them, the same one at most once a minute: a backend that logged
+    them itself said them at every load (1 382 lines in 3 s of a client loading in a loop)."""
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """One batch: arrays in `inputs` order in, arrays in `outputs` order out. Thread-safe."""

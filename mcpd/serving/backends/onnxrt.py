@@ -7,7 +7,6 @@ model's worker thread while the event loop and the control loop carry on.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,8 +18,6 @@ from mcpd.config import ModelSection, OnnxRuntimeOptions
 from mcpd.serving.backends import fixed_batch
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec
-
-log = logging.getLogger("mcpd.serving")
 
 PROVIDERS = {
     "tensorrt": "TensorrtExecutionProvider",
@@ -148,15 +145,13 @@ class OnnxBackend:
             probe = self._session(model.path, "disable", 1, "", [(PROVIDERS["cpu"], {})])
             profile = trt_profile(_specs(probe.get_inputs()), model.max_batch)
         providers, warning = plan_providers(options, available, profile)
-        if warning:
-            log.warning("model %s: %s", model.name, warning)
+        warnings = [warning] if warning else []
         path, level, cache = model.path, options.graph_optimization_level, ""
         if options.optimized_model_path:
             if len(providers) > 1:
-                log.warning(
-                    "model %s: optimized_model_path is ignored with GPU providers (their "
-                    "compiled nodes cannot be saved); use trt_cache_dir",
-                    model.name,
+                warnings.append(
+                    "optimized_model_path is ignored with GPU providers (their compiled nodes "
+                    "cannot be saved); use trt_cache_dir"
                 )
             elif _fresh(options.optimized_model_path, model.path):
                 path, level = options.optimized_model_path, "disable"
@@ -166,7 +161,8 @@ class OnnxBackend:
         used = self._session_obj.get_providers()
         wanted = providers[0][0]
         if wanted not in used:
-            log.warning("model %s: %s failed to start; running on %s", model.name, wanted, used[0])
+            warnings.append(f"{wanted} failed to start; running on {used[0]}")
+        self.warnings = tuple(warnings)
         self.inputs = _specs(self._session_obj.get_inputs())
         self.outputs = _specs(self._session_obj.get_outputs())
         self.fixed_batch = fixed_batch(self.inputs, self.outputs)

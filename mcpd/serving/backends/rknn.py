@@ -42,6 +42,7 @@ def _runtime_class() -> Any:
 class RknnBackend:
     kind = "rknn"
     platform = "rknn_rknn"
+    warnings: tuple[str, ...] = ()
 
     def __init__(self, model: ModelSection) -> None:
         options = model.rknn
