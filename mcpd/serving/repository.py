@@ -42,13 +42,20 @@ class Repository:
         limit: int,
         optimizer: Optimizer | None = None,
         *,
-        open_backend: Callable[[ModelSection], Backend] = backends.load,
+        open_backend: Callable[[ModelSection], Backend] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.events = events
         self.entries: dict[str, Entry] = {}
         self.loader = Loader(
-            self.entries, batch_size, events, limit, optimizer, open_backend, clock
+            self.entries,
+            batch_size,
+            events,
+            limit,
+            optimizer,
+            # Looked up now, not at import: tests put a gated builder in its place.
+            backends.load if open_backend is None else open_backend,
+            clock,
         )
 
     # -- reads (the HTTP handlers) ---------------------------------------------------------------
