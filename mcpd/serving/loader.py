@@ -1,8 +1,8 @@
 """Building the repository's sessions: on loader threads, by mcpd.serving.loads's rules (one
 session building per model at most, only the last load asked for swaps in), each swapped in as it
 ends or, when nobody wants it any more, released at once on a thread of its own and its memory
-given back; an optimized version built in the background once the original serves; failures said
-once per reason per minute.
+given back; an optimized version built in the background once the original serves; what the
+loads say (failures, what a backend settled for) said once per message per minute at most.
 
 Owned by the event loop, as the repository's entries it changes are.
 """
