@@ -449,12 +449,16 @@ def model_file_problems(config: Config) -> list[str]:
     the daemon reports a model that fails to load and serves the others."""
     found = []
     for index, model in enumerate(config.models):
-        try:
-            os.close(open_regular(model.path))
-        except NotAFile as exc:
-            found.append(f"models[{index}].path: {model.path}: {exc}")
-        except OSError as exc:
-            found.append(f"models[{index}].path: cannot read {model.path}: {exc.strerror}")
+        files = [model.path]
+        if model.suffix == ".xml":  # an OpenVINO IR: its weights are the .bin beside it
+            files.append(str(Path(model.path).with_suffix(".bin")))
+        for file in files:
+            try:
+                os.close(open_regular(file))
+            except NotAFile as exc:
+                found.append(f"models[{index}].path: {file}: {exc}")
+            except OSError as exc:
+                found.append(f"models[{index}].path: cannot read {file}: {exc.strerror}")
     return found
 
 

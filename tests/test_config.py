@@ -315,10 +315,12 @@ def test_check_config_prints_one_line_and_no_traceback(tmp_path: Path, content: 
 
 def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path) -> None:
     (tmp_path / "folder.onnx").mkdir()
+    (tmp_path / "weightless.xml").write_text("<net/>")
     path = write(
         tmp_path,
         '[[models]]\nname = "a"\npath = "gone.onnx"\n'
-        '[[models]]\nname = "b"\npath = "folder.onnx"\n',
+        '[[models]]\nname = "b"\npath = "folder.onnx"\n'
+        '[[models]]\nname = "c"\npath = "weightless.xml"\n',
     )
     result = subprocess.run(
         [sys.executable, "-m", "mcpd", "check-config", str(path)],
@@ -331,6 +333,7 @@ def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path
     assert result.stderr.splitlines() == [
         f"{path}: models[0].path: cannot read {tmp_path}/gone.onnx: No such file or directory",
         f"{path}: models[1].path: {tmp_path}/folder.onnx: not a regular file (a directory)",
+        f"{path}: models[2].path: cannot read {tmp_path}/weightless.bin: No such file or directory",
     ]
 
 
