@@ -154,6 +154,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     s = cfg.sensors
     result = probe(root, s.governing_temperatures, s.governing_powers, power=s.power_options())
     result.update(_execution_providers(result["platform"]))
+    result["openvino"] = _openvino_devices()
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 
@@ -170,6 +171,14 @@ def _execution_providers(platform: str) -> dict[str, Any]:
         "execution_providers": available,
         "gpu_warning": onnxrt.gpu_missing(platform, available),
     }
+
+
+def _openvino_devices() -> dict[str, Any] | None:
+    """OpenVINO's version and devices (null without OpenVINO); imported only by this command, as
+    onnxruntime is."""
+    from mcpd.serving.backends import openvino
+
+    return openvino.device_report()
 
 
 def cmd_restore(args: argparse.Namespace) -> int:

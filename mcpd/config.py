@@ -249,14 +249,28 @@ class RknnOptions:
     data_format: Literal["nhwc", "nchw"] = "nhwc"
 
 
+@dataclass(frozen=True)
+class OpenVinoOptions:
+    # OpenVINO's device name: CPU is tested; GPU (GPU.1 for a second one), NPU and AUTO are passed
+    # to OpenVINO as they are, untested on hardware (README, "Models and backends").
+    device: Annotated[str, Check(pattern=r"^(CPU|GPU(\.[0-9]{1,2})?|NPU|AUTO)$")] = "CPU"
+    # OpenVINO's inference precision hint; "auto" leaves OpenVINO's default (bf16 on CPUs with
+    # AMX, f32 on the others), unless the model file carries one (mcpd.serving.backends.openvino).
+    precision: Literal["auto", "f32", "bf16", "f16"] = "auto"
+    threads: Annotated[int, Check(ge=0, le=256)] = 0
+
+
 BatchSize = Annotated[int, Check(ge=1, le=4096)]
+
+EXTENSIONS = {".onnx": "onnxruntime", ".ort": "onnxruntime", ".rknn": "rknn", ".xml": "openvino"}
+"""The backend that serves a model file by its extension, where `backend = "auto"`."""
 
 
 @dataclass(frozen=True)
 class ModelSection:
     name: Name
     path: str
-    backend: Literal["auto", "onnxruntime", "rknn"] = "auto"
+    backend: Literal["auto", "onnxruntime", "rknn", "openvino"] = "auto"
     max_batch: BatchSize = 8
     max_queue_delay_ms: Annotated[float, Check(ge=0, le=10_000)] = 2.0
     preferred_batch_sizes: tuple[BatchSize, ...] = ()
@@ -264,6 +278,7 @@ class ModelSection:
     timeout_ms: Annotated[int, Check(ge=0, le=3_600_000)] = 0
     onnxruntime: OnnxRuntimeOptions = OnnxRuntimeOptions()
     rknn: RknnOptions = RknnOptions()
+    openvino: OpenVinoOptions = OpenVinoOptions()
     # `mcpd optimize` in the background (ONNX models): the original serves meanwhile.
     optimize: Literal["off", "auto", "fp32", "fp16", "int8", "int4"] = "off"
     min_cosine: Annotated[float, Check(ge=0, le=1)] = 0.98
@@ -277,6 +292,30 @@ class ModelSection:
             raise ValueError(
                 f"optimize = {self.optimize!r} needs calibration (a folder of samples)"
             )
+        served_by = self.served_by()
+        changed = _changed_keys(self.openvino)
+        if changed and served_by not in (None, "openvino"):
+            # A table that is never read is a mistake: most likely `backend` was left out.
+            how = "backend" if self.backend != "auto" else f"its extension {self.suffix!r}"
+            raise ValueError(
+                f"openvino.{changed[0]} = {getattr(self.openvino, changed[0])!r} is for the "
+                f"openvino backend, but this model is served by {served_by} (by {how}); "
+                'set backend = "openvino" or remove it'
+            )
+
+    @property
+    def suffix(self) -> str:
+        return Path(self.path).suffix.lower()
+
+    def served_by(self) -> str | None:
+        """The backend that serves the file: `backend`, else the one of its extension (None for an
+        extension no backend has, which the serving process reports when it loads the model)."""
+        return self.backend if self.backend != "auto" else EXTENSIONS.get(self.suffix)
+
+
+def _changed_keys(options: OpenVinoOptions) -> list[str]:
+    """The keys of the table that are set to something other than their default."""
+    return [f.name for f in dataclasses.fields(options) if getattr(options, f.name) != f.default]
 
 
 @dataclass(frozen=True)
@@ -410,12 +449,16 @@ def model_file_problems(config: Config) -> list[str]:
     the daemon reports a model that fails to load and serves the others."""
     found = []
     for index, model in enumerate(config.models):
-        try:
-            os.close(open_regular(model.path))
-        except NotAFile as exc:
-            found.append(f"models[{index}].path: {model.path}: {exc}")
-        except OSError as exc:
-            found.append(f"models[{index}].path: cannot read {model.path}: {exc.strerror}")
+        files = [model.path]
+        if model.suffix == ".xml":  # an OpenVINO IR: its weights are the .bin beside it
+            files.append(str(Path(model.path).with_suffix(".bin")))
+        for file in files:
+            try:
+                os.close(open_regular(file))
+            except NotAFile as exc:
+                found.append(f"models[{index}].path: {file}: {exc}")
+            except OSError as exc:
+                found.append(f"models[{index}].path: cannot read {file}: {exc.strerror}")
     return found
 
 

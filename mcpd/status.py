@@ -51,6 +51,16 @@ class GovernorDoc(TypedDict):
     last_action: LastActionDoc | None
 
 
+class OpenVinoDoc(TypedDict):
+    device: str
+    """`[models.openvino] device`: CPU, GPU, NPU or AUTO."""
+    precision: str
+    """The inference precision in force, read back from the compiled model: f32, bf16 or f16."""
+    capabilities: list[str]
+    """What OpenVINO says the device runs natively (its OPTIMIZATION_CAPABILITIES: FP32, BF16,
+    INT8, FP16, …)."""
+
+
 class ModelDoc(TypedDict):
     ready: bool
     requests: int
@@ -65,6 +75,8 @@ class ModelDoc(TypedDict):
     """What `mcpd optimize` measured for the file that serves, or None."""
     joules_per_inference: float | None
     """Board energy charged to one inference (mcpd/governor/energy.py); estimated with the power."""
+    openvino: OpenVinoDoc | None
+    """How OpenVINO runs the model; None for another backend or a model not loaded."""
 
 
 class DaemonDoc(TypedDict):
@@ -148,6 +160,18 @@ class DaemonStats:
 def _provider(stats: ModelStats) -> str | None:
     provider = stats.detail.get("provider")
     return provider if isinstance(provider, str) else None
+
+
+def _openvino(stats: ModelStats) -> OpenVinoDoc | None:
+    detail = stats.detail
+    if detail.get("backend") != "openvino":
+        return None
+    capabilities = detail.get("capabilities")
+    return {
+        "device": str(detail.get("device")),
+        "precision": str(detail.get("precision")),
+        "capabilities": [str(c) for c in capabilities] if isinstance(capabilities, list) else [],
+    }
 
 
 def _cpu_s() -> float:
@@ -236,6 +260,8 @@ def inference(
             "optimized": stats.detail.get("optimized"),
             # board energy attributed to this model's inferences (estimated with the power)
             "joules_per_inference": _round((joules or {}).get(name), 4),
+            # device, precision in force and the device's capabilities (the openvino backend)
+            "openvino": _openvino(stats),
         }
         for name, stats in models.items()
     }

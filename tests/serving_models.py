@@ -141,3 +141,19 @@ def heavy(path: Path, layers: int = 40, width: int = 512) -> Path:
     model.ir_version = IR_VERSION
     onnx.save(model, path)
     return path
+
+
+def ir(source: Path, precision: str | None = None) -> Path:
+    """The ONNX model `source` as OpenVINO IR beside it (<stem>.xml and <stem>.bin), its weights
+    kept in FP32 (save_model compresses them to FP16 by default); with `precision`, stored in the
+    IR as mcpd's optimizer stores it."""
+    import openvino
+
+    from mcpd.serving.backends.openvino import store_precision
+
+    model = openvino.convert_model(str(source))
+    if precision is not None:
+        store_precision(model, precision)
+    target = source.with_suffix(".xml")
+    openvino.save_model(model, str(target), compress_to_fp16=False)
+    return target

@@ -11,10 +11,11 @@ OUT = TOP / "build" / "system-test" / "deb"
 
 
 @functools.cache
-def build(dist: str, arch: str) -> Path:
-    """packaging/build-deb for one target, once per test run (gzip: the same contents, faster)."""
-    out = OUT / f"{dist}-{arch}"
-    command = [str(TOP / "packaging/build-deb"), "--dist", dist, "--arch", arch, "--fast"]
+def build(dist: str, arch: str, *options: str) -> Path:
+    """packaging/build-deb for one target (with `options`, e.g. --openvino), once per test run
+    (gzip: the same contents, faster)."""
+    out = OUT / "-".join((dist, arch, *(option.strip("-") for option in options)))
+    command = [str(TOP / "packaging/build-deb"), "--dist", dist, "--arch", arch, "--fast", *options]
     result = subprocess.run(
         [*command, "--out", str(out)],
         capture_output=True,

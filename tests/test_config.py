@@ -146,6 +146,30 @@ def test_models_locations_use_indexes(tmp_path: Path) -> None:
     }
 
 
+def test_openvino_settings_are_checked_and_only_taken_for_openvino(tmp_path: Path) -> None:
+    model = '[[models]]\nname = "m"\npath = "m.{}"\n{}[models.openvino]\n{}\n'
+    cfg = config.load(write(tmp_path, model.format("xml", "", 'device = "GPU.1"\nthreads = 2')))
+    assert cfg.models[0].served_by() == "openvino"
+    assert cfg.models[0].openvino == config.OpenVinoOptions(device="GPU.1", threads=2)
+    onnx = model.format("onnx", 'backend = "openvino"\n', 'precision = "bf16"')
+    assert config.load(write(tmp_path, onnx)).models[0].openvino.precision == "bf16"
+    assert problems(tmp_path, model.format("xml", "", 'device = "TPU"\nprecision = "int8"')) == [
+        "models[0].openvino.device: expected a string matching "
+        "'^(CPU|GPU(\\.[0-9]{1,2})?|NPU|AUTO)$', got 'TPU'",
+        "models[0].openvino.precision: expected 'auto', 'f32', 'bf16' or 'f16', got 'int8'",
+    ]
+    # A table that no backend reads is a mistake, named by its key.
+    assert problems(tmp_path, model.format("onnx", "", 'precision = "f32"')) == [
+        "models[0]: openvino.precision = 'f32' is for the openvino backend, but this model is "
+        "served by onnxruntime (by its extension '.onnx'); set backend = \"openvino\" or remove it"
+    ]
+    explicit = model.format("xml", 'backend = "onnxruntime"\n', "threads = 4")
+    assert problems(tmp_path, explicit) == [
+        "models[0]: openvino.threads = 4 is for the openvino backend, but this model is served "
+        'by onnxruntime (by backend); set backend = "openvino" or remove it'
+    ]
+
+
 def test_duplicate_model_names(tmp_path: Path) -> None:
     (problem,) = problems(
         tmp_path, '[[models]]\nname = "a"\npath = "x"\n[[models]]\nname = "a"\npath = "y"\n'
@@ -291,10 +315,12 @@ def test_check_config_prints_one_line_and_no_traceback(tmp_path: Path, content: 
 
 def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path) -> None:
     (tmp_path / "folder.onnx").mkdir()
+    (tmp_path / "weightless.xml").write_text("<net/>")
     path = write(
         tmp_path,
         '[[models]]\nname = "a"\npath = "gone.onnx"\n'
-        '[[models]]\nname = "b"\npath = "folder.onnx"\n',
+        '[[models]]\nname = "b"\npath = "folder.onnx"\n'
+        '[[models]]\nname = "c"\npath = "weightless.xml"\n',
     )
     result = subprocess.run(
         [sys.executable, "-m", "mcpd", "check-config", str(path)],
@@ -307,6 +333,7 @@ def test_check_config_fails_on_a_missing_or_unreadable_model_file(tmp_path: Path
     assert result.stderr.splitlines() == [
         f"{path}: models[0].path: cannot read {tmp_path}/gone.onnx: No such file or directory",
         f"{path}: models[1].path: {tmp_path}/folder.onnx: not a regular file (a directory)",
+        f"{path}: models[2].path: cannot read {tmp_path}/weightless.bin: No such file or directory",
     ]
 
 

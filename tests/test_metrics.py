@@ -97,6 +97,24 @@ def test_model_counters_and_gauges() -> None:
     assert samples(families["mcpd_inference_queued_requests"])[(("model", "m"),)] == 3
 
 
+def test_what_runs_each_loaded_model_is_an_info_metric() -> None:
+    openvino = {"device": "CPU", "precision": "bf16", "capabilities": ["BF16", "FP32"]}
+    stats = {
+        "ov": ModelStats(True, detail={"backend": "openvino", **openvino}),
+        "ort": ModelStats(
+            True, detail={"backend": "onnxruntime", "provider": "CPUExecutionProvider"}
+        ),
+        "loading": ModelStats(False, detail={"state": "loading"}),
+    }
+    body, _ = Exposition(status_document, lambda: stats).render("")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    empty = {"provider": "", "device": "", "precision": "", "capabilities": ""}
+    assert [s.labels for s in families["mcpd_model_backend_info"].samples] == [
+        {**empty, "model": "ov", "backend": "openvino", **openvino, "capabilities": "BF16,FP32"},
+        {**empty, "model": "ort", "backend": "onnxruntime", "provider": "CPUExecutionProvider"},
+    ]
+
+
 def buckets(family: Metric, model: str) -> dict[str, float]:
     return {
         s.labels["le"]: s.value

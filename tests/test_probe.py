@@ -123,6 +123,7 @@ def test_probe_command_json(tmp_path: Path, profile: str) -> None:
         "domains",
         "execution_providers",
         "gpu_warning",
+        "openvino",  # tests/test_openvino_daemon.py checks it
     }
     assert result["execution_providers"] == onnxruntime.get_available_providers()
     gpu = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}

@@ -37,6 +37,11 @@ def mismatches(value: Any, hint: Any, where: str = "document") -> list[str]:
             return [f"{where}: {value!r} is not an object"]
         _, item = get_args(hint)
         return [p for key, v in value.items() for p in mismatches(v, item, f"{where}[{key!r}]")]
+    if origin is list:
+        if not isinstance(value, list):
+            return [f"{where}: {value!r} is not a list"]
+        (item,) = get_args(hint)
+        return [p for i, v in enumerate(value) for p in mismatches(v, item, f"{where}[{i}]")]
     if hint is type(None):
         return [] if value is None else [f"{where}: {value!r} is not null"]
     if hint is object:
@@ -64,6 +69,8 @@ def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:
         "document.governor.external_cap_changes: '3' is not int",
         "document: no key 'thermal'",
     ]
+    openvino = {"device": "CPU", "precision": "f32", "capabilities": ["FP32", 16]}
+    assert mismatches(openvino, status.OpenVinoDoc) == ["document.capabilities[1]: 16 is not str"]
 
 
 def test_a_document_too_big_for_shared_memory_keeps_the_contracts_shape() -> None:

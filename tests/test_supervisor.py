@@ -28,6 +28,7 @@ from tests.test_daemon import RunningDaemon
 FORBIDDEN = (
     "numpy",
     "onnxruntime",
+    "openvino",
     "httptools",
     "rknnlite",
     "pydantic",

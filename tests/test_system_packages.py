@@ -1,5 +1,6 @@
-"""The Debian packages as built from this machine: lintian clean on both architectures, and an
-arm64 package whose bundled Python and native code really are for the target board."""
+"""The Debian packages as built from this machine: lintian clean on both architectures, an arm64
+package whose bundled Python and native code really are for the target board, and OpenVINO in
+an amd64 package only when asked for."""
 
 from __future__ import annotations
 
@@ -106,6 +107,23 @@ def test_amd64_package_has_no_arm_only_dependencies() -> None:
     ).stdout
     assert "/site-packages/onnxruntime/" in listing
     assert "/site-packages/rknnlite/" not in listing
+
+
+def test_openvino_is_bundled_in_amd64_packages_when_asked(tmp_path: Path) -> None:
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(system_debs.build(*AMD64))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "/site-packages/openvino/" not in listing  # optional: not in the default package
+    deb = system_debs.build(*AMD64, "--openvino")
+    assert system_debs.lintian(deb) == []
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    site = next((tmp_path / "opt/mcpd/lib").glob("python*/site-packages"))
+    (plugin,) = site.glob("openvino/libs/libopenvino_intel_cpu_plugin.so")
+    assert elf_machine(plugin) == EM_X86_64
+    assert "openvino==" in (tmp_path / "opt/mcpd/requirements.txt").read_text()
 
 
 def test_service_exposure_is_at_most_2() -> None:

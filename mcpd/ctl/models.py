@@ -28,6 +28,14 @@ def _optimized(summary: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _openvino(doc: dict[str, Any]) -> str:
+    """`OpenVINO CPU, bf16 (the device runs BF16, FP32, FP16, INT8)`"""
+    return (
+        f"OpenVINO {doc['device']}, {doc['precision']} "
+        f"(the device runs {', '.join(doc['capabilities'])})"
+    )
+
+
 @connected
 def run(args: argparse.Namespace, client: Client) -> int:
     rows = []
@@ -45,6 +53,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
     for row in rows:
         row["optimized"] = inference.get(row["name"], {}).get("optimized")
         row["joules_per_inference"] = inference.get(row["name"], {}).get("joules_per_inference")
+        row["openvino"] = inference.get(row["name"], {}).get("openvino")
         row["power_estimated"] = estimated
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -58,6 +67,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
             print(f"  platform {meta['platform']}")
             print(f"  inputs   {_tensors(meta['inputs'])}")
             print(f"  outputs  {_tensors(meta['outputs'])}")
+        if row["openvino"]:
+            print(f"  runs on  {_openvino(row['openvino'])}")
         if row["optimized"]:
             print(f"  serving  {_optimized(row['optimized'])}")
         if row["joules_per_inference"] is not None:

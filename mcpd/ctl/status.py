@@ -11,6 +11,14 @@ from mcpd.client import Client
 from mcpd.ctl.common import add_socket, connected, number
 
 
+def _runs_on(model: Mapping[str, Any]) -> str:
+    """onnxruntime's provider, or OpenVINO's device and precision (`OpenVINO CPU bf16`)."""
+    openvino = model.get("openvino")
+    if openvino:
+        return f"OpenVINO {openvino['device']} {openvino['precision']}"
+    return str(model.get("provider") or "-")
+
+
 def format_status(doc: Mapping[str, Any]) -> str:
     power = "no meter" if doc.get("power_w") is None else number(doc["power_w"], " W", 2)
     estimated = " (estimated)" if doc.get("power_estimated") else ""
@@ -37,14 +45,14 @@ def format_status(doc: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
-            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  provider",
+            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  runs on",
         ]
         for name, m in inference.items():
             lines.append(
                 f"{name:<18} {'yes' if m.get('ready') else 'no':<6} {batch.get(name, '-'):>5} "
                 f"{m.get('requests', 0):>9} {m.get('errors', 0):>7} "
                 f"{number(m.get('p50_ms'), '', 2):>8} {number(m.get('p99_ms'), '', 2):>8} "
-                f"{m.get('queue_depth', 0):>6}  {m.get('provider') or '-'}"
+                f"{m.get('queue_depth', 0):>6}  {_runs_on(m)}"
             )
     return "\n".join(lines)
 

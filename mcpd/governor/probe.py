@@ -3,8 +3,8 @@
 The JSON shape is a stable interface: platform, temperatures [{name, source, celsius|null}],
 powers [{name, source, watts|null}], temperature_c, power_w, power_estimated, domains
 [{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model and power_source. The
-command adds execution_providers and gpu_warning (cli.cmd_probe: this package never imports
-onnxruntime).
+command adds execution_providers, gpu_warning and openvino (cli.cmd_probe: this package never
+imports onnxruntime or openvino).
 """
 
 from __future__ import annotations
@@ -78,6 +78,18 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _openvino(report: dict[str, Any] | None) -> str:
+    """`2026.4.1: CPU (Intel(R) Xeon(R) Processor: BF16, FP32, INT8; bf16 by default)`"""
+    if report is None:
+        return "not installed"
+    devices = [
+        f"{d['name']} ({d['full_name']}: {', '.join(d['capabilities'])}; "
+        f"{d['default_precision']} by default)"
+        for d in report["devices"]
+    ]
+    return f"{report['version']}: {', '.join(devices) or 'no devices'}"
+
+
 def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"platform     {result['platform']}" + (f"  ({result['model']})" if result["model"] else "")
@@ -90,6 +102,8 @@ def format_table(result: dict[str, Any]) -> str:
         providers = result["execution_providers"]
         named = ", ".join(providers) if providers is not None else "no onnxruntime"
         lines.append(f"providers    {named}")
+    if "openvino" in result:  # added by the command too
+        lines.append(f"openvino     {_openvino(result['openvino'])}")
     if result.get("gpu_warning"):
         lines.append(f"warning      {result['gpu_warning']}")
     lines.append("")

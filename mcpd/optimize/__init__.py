@@ -85,16 +85,36 @@ def add_parser(commands: Any) -> None:
 
     bench = commands.add_parser(
         "bench",
-        help="throughput-latency sweep (model files x batch x threads) and its Pareto frontier",
+        help="throughput-latency sweep (model files x runtime x batch x threads, OpenVINO's "
+        "precisions and streams) and its Pareto frontier",
     )
     bench.add_argument(
         "models",
         nargs="+",
         metavar="MODEL",
-        help="ONNX files, e.g. the original and what mcpd optimize wrote",
+        help="ONNX files (run through onnxruntime and OpenVINO) or OpenVINO IR (.xml), e.g. the "
+        "original and what mcpd optimize wrote",
     )
     bench.add_argument("--batch", default="1,2,4,8", help="batch sizes (default 1,2,4,8)")
-    bench.add_argument("--threads", default="1,2", help="intra-op threads (default 1,2)")
+    bench.add_argument(
+        "--threads", default="1,2", help="threads per model, every runtime (default 1,2)"
+    )
+    bench.add_argument(
+        "--runtime",
+        metavar="R,R",
+        help="onnxruntime, openvino (default: each installed one that reads the file)",
+    )
+    bench.add_argument(
+        "--precision",
+        default="f32,bf16",
+        help="OpenVINO's inference precisions: auto, f32, bf16, f16 (default f32,bf16; one the "
+        "CPU lacks is reported as not applicable)",
+    )
+    bench.add_argument(
+        "--streams",
+        default="1,2",
+        help="OpenVINO's streams, each an inference in flight, up to the threads (default 1,2)",
+    )
     bench.add_argument("--seconds", type=float, default=1.0, help="per point (default 1)")
     bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
     bench.add_argument("--plot", metavar="FILE.png", help="plot the sweep (needs matplotlib)")

@@ -1,28 +1,28 @@
 """`mcpd bench MODEL [MODEL ...]`: the throughput–latency sweep over model files (e.g. the original
-and what `mcpd optimize` wrote: one per precision) × batch size × intra-op threads (× frequency caps
-with `--caps`), with its Pareto frontier as a table, `--json`, or a `--plot FILE.png` (matplotlib,
-optional). Board power and energy per inference are reported where the board has a meter (see
-onboard.py)."""
+and what `mcpd optimize` wrote: one per precision) × runtime × batch size × threads, and for
+OpenVINO × precision × streams (runners.py), × frequency caps with `--caps`, with its Pareto
+frontier as a table, `--json`, or a `--plot FILE.png` (sweep_report.py). Board power and energy
+per inference are reported where the board has a meter (see onboard.py)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from mcpd.optimize.interface import OptimizeError, TensorSpec, interface, load
-from mcpd.optimize.measure import session
+from mcpd.optimize import runners, sweep_report
+from mcpd.optimize.interface import OptimizeError, TensorSpec
 from mcpd.optimize.onboard import BoardWatch, Window, caps_held, domains_to_cap
 from mcpd.optimize.pareto import Point, frontier
+from mcpd.optimize.runners import Call, NotApplicable, Setting
 from sensors import SensorSet
 
 
@@ -31,7 +31,7 @@ class Measurement:
     model: str
     batch: int
     threads: int
-    throughput: float  # items per second
+    throughput: float  # items per second, all streams together
     p50_ms: float
     p99_ms: float
     runs: int
@@ -42,12 +42,19 @@ class Measurement:
     power_estimated: bool = False
     joules_per_item: float | None = None
     peak_c: float | None = None
+    runtime: str = "onnxruntime"
+    precision: str | None = None
+    """OpenVINO's inference precision in force (read back); None for onnxruntime."""
+    streams: int = 1
+    """Inferences in flight at once (OpenVINO's streams, one thread each in this process)."""
 
     @property
     def point(self) -> Point:
+        runtime = self.runtime + (f" {self.precision}" if self.precision else "")
+        streams = f" streams {self.streams}" if self.streams > 1 else ""
         caps = "" if self.cap_fraction is None else f" caps {self.cap_fraction:g}"
         return Point(
-            f"{self.model} batch {self.batch} threads {self.threads}{caps}",
+            f"{self.model} {runtime} batch {self.batch} threads {self.threads}{streams}{caps}",
             self.p50_ms,
             self.throughput,
         )
@@ -60,6 +67,14 @@ def _fractions(text: str) -> list[float]:
         raise OptimizeError(f"--caps {text!r}: expected comma-separated fractions") from None
     if not values or not all(0 < v <= 1 for v in values):
         raise OptimizeError(f"--caps {text!r}: every fraction must be in (0, 1]")
+    return values
+
+
+def _names(text: str, flag: str, known: Sequence[str]) -> list[str]:
+    values = text.split(",")
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        raise OptimizeError(f"{flag} {text!r}: {unknown[0]!r} is not one of {', '.join(known)}")
     return values
 
 
@@ -92,36 +107,33 @@ def batch_inputs(specs: tuple[TensorSpec, ...], batch: int, seed: int = 0) -> di
 def measure(
     path: Path,
     batch: int,
-    threads: int,
+    setting: Setting,
     seconds: float,
     watch: BoardWatch | None = None,
     cap_fraction: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
-    specs = interface(load(path)).inputs
-    runner = session(path, threads)
-    feed = batch_inputs(specs, batch)
-    for _ in range(2):
-        runner.run(None, feed)
-    times: list[float] = []
+    runner = runners.open_runner(path, setting, batch_inputs(runners.inputs_of(path), batch))
+    for call in runner.calls:
+        for _ in range(2):
+            call()
+
+    def too_hot() -> bool:
+        return watch is not None and cap_fraction is not None and watch.too_hot.is_set()
+
     with watch.window() if watch else _no_window() as readings:
-        deadline = clock() + seconds
-        while len(times) < 5 or clock() < deadline:
-            if watch and cap_fraction is not None and watch.too_hot.is_set():
-                raise OptimizeError(
-                    f"stopped: the board reached {watch.limit_c:g} °C (--max-temp) with caps "
-                    "held; caps put back"
-                )
-            start = clock()
-            runner.run(None, feed)
-            times.append(clock() - start)
+        times, wall = _timed(runner.calls, seconds, too_hot, clock)
+    if watch is not None and too_hot():
+        raise OptimizeError(
+            f"stopped: the board reached {watch.limit_c:g} °C (--max-temp) with caps held; caps "
+            "put back"
+        )
     board = readings()
-    total = sum(times)
-    throughput = batch * len(times) / total
+    throughput = batch * len(times) / wall
     return Measurement(
-        path.stem,
+        path.name,  # model.onnx and model.xml are two rows
         batch,
-        threads,
+        setting.threads,
         throughput,
         statistics.median(times) * 1000,
         float(np.percentile(times, 99)) * 1000,
@@ -131,7 +143,34 @@ def measure(
         board.estimated,
         None if board.watts is None else round(board.watts / throughput, 6),
         board.peak_c,
+        setting.runtime,
+        runner.precision,
+        setting.streams,
     )
+
+
+def _timed(
+    calls: list[Call], seconds: float, stop: Callable[[], bool], clock: Callable[[], float]
+) -> tuple[list[float], float]:
+    """Each call repeated on a thread of its own (one stream each), together for `seconds` and at
+    least 5 times each: every call's time and the wall time they took together."""
+    started = clock()
+    deadline = started + seconds
+
+    def repeat(call: Call) -> list[float]:
+        times: list[float] = []
+        while (len(times) < 5 or clock() < deadline) and not stop():
+            start = clock()
+            call()
+            times.append(clock() - start)
+        return times
+
+    if len(calls) == 1:
+        times = repeat(calls[0])
+    else:
+        with ThreadPoolExecutor(len(calls)) as pool:
+            times = [t for each in pool.map(repeat, calls) for t in each]
+    return times, clock() - started
 
 
 @contextmanager
@@ -140,14 +179,14 @@ def _no_window() -> Iterator[Callable[[], Window]]:
 
 
 def _fixed_batch(path: Path) -> int | None:
-    first = interface(load(path)).inputs[0].shape
+    first = runners.inputs_of(path)[0].shape
     return first[0] if first and isinstance(first[0], int) else None
 
 
 def sweep(
     paths: list[Path],
     batches: list[int],
-    threads: list[int],
+    settings: list[Setting],
     seconds: float,
     progress: Callable[[str], None],
     watch: BoardWatch | None = None,
@@ -159,9 +198,10 @@ def sweep(
     def models(fraction: float | None) -> None:
         for path in paths:
             fixed = _fixed_batch(path)
+            readers = runners.runtimes_of(path, runners.RUNTIMES)
             for batch in [fixed] if fixed else batches:
-                for count in threads:
-                    m = measure(path, batch, count, seconds, watch, fraction)
+                for setting in [s for s in settings if s.runtime in readers]:
+                    m = measure(path, batch, setting, seconds, watch, fraction)
                     results.append(m)
                     power = "" if m.watts is None else f", {m.watts:.2f} W"
                     progress(
@@ -181,50 +221,44 @@ def sweep(
     return results
 
 
-def _plot(results: list[Measurement], optimal: list[Point], target: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise OptimizeError("--plot needs matplotlib: pip install matplotlib") from None
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for model in dict.fromkeys(m.model for m in results):
-        mine = [m for m in results if m.model == model]
-        axes.scatter([m.p50_ms for m in mine], [m.throughput for m in mine], label=model)
-    axes.plot(
-        [p.latency_ms for p in optimal],
-        [p.throughput for p in optimal],
-        "k--",
-        label="Pareto frontier",
+def _plan(args: argparse.Namespace, paths: list[Path]) -> tuple[list[Setting], list[NotApplicable]]:
+    """The settings the command's lists ask for: every runtime installed that reads one of the
+    files unless --runtime names them (then each must be there)."""
+    capabilities = runners.openvino_capabilities()
+    if args.runtime:
+        wanted = _names(args.runtime, "--runtime", runners.RUNTIMES)
+        if "openvino" in wanted and capabilities is None:
+            raise OptimizeError("--runtime openvino needs OpenVINO: pip install 'mcpd[openvino]'")
+    else:
+        wanted = [r for r in runners.RUNTIMES if r != "openvino" or capabilities is not None]
+    for path in paths:
+        if not runners.runtimes_of(path, wanted):
+            raise OptimizeError(f"{path}: no runtime of {', '.join(wanted)} reads an .xml file")
+    return runners.plan(
+        wanted,
+        _ints(args.threads, "--threads"),
+        _names(args.precision, "--precision", runners.PRECISIONS),
+        _ints(args.streams, "--streams"),
+        capabilities or [],
     )
-    axes.set_xlabel("latency p50 per batch (ms)")
-    axes.set_ylabel("throughput (items/s)")
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(target, dpi=120)
-    plt.close(figure)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         paths = [Path(p) for p in args.models]
-        for path in paths:
-            load(path)
+        for path in paths:  # every input must be fillable before the sweep starts
+            batch_inputs(runners.inputs_of(path), 1)
         batches = _ints(args.batch, "--batch")
-        threads = _ints(args.threads, "--threads")
+        settings, skipped = _plan(args, paths)
         if not args.seconds > 0:
             raise OptimizeError(f"--seconds {args.seconds}: must be positive")
         caps = _fractions(args.caps) if args.caps else None
-        for path in paths:  # every input must be fillable before the sweep starts
-            batch_inputs(interface(load(path)).inputs, 1)
         root = Path(args.sysfs_root)
         watch = BoardWatch(SensorSet.discover(root), args.max_temp)
         results = sweep(
             paths,
             batches,
-            threads,
+            settings,
             args.seconds,
             lambda line: print(line, file=sys.stderr, flush=True),
             watch,
@@ -233,29 +267,17 @@ def run(args: argparse.Namespace) -> int:
         )
         optimal = frontier([m.point for m in results])
         if args.plot:
-            _plot(results, optimal, Path(args.plot))
+            sweep_report.plot(results, optimal, Path(args.plot))
     except OptimizeError as exc:
         print(f"mcpd bench: {exc}", file=sys.stderr)
         return 2
-    on_frontier = {p.label for p in optimal}
-    if args.json:
-        doc: dict[str, Any] = {
-            "points": [{**asdict(m), "pareto": m.point.label in on_frontier} for m in results],
-            "frontier": [asdict(p) for p in optimal],
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(
-        f"{'model':<28} {'batch':>5} {'threads':>7} {'caps':>5} {'items/s':>9} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'W':>7} {'mJ/item':>8}  pareto"
-    )
-    for m in results:
-        mark = "*" if m.point.label in on_frontier else ""
-        held = "-" if m.cap_fraction is None else f"{m.cap_fraction:g}"
-        watts = "-" if m.watts is None else f"{m.watts:.2f}" + ("~" if m.power_estimated else "")
-        energy = "-" if m.joules_per_item is None else f"{m.joules_per_item * 1000:.2f}"
-        print(
-            f"{m.model:<28} {m.batch:>5} {m.threads:>7} {held:>5} {m.throughput:>9.1f} "
-            f"{m.p50_ms:>8.2f} {m.p99_ms:>8.2f} {watts:>7} {energy:>8}  {mark}"
-        )
+    flags = runners.cpu_flags(_cpuinfo())
+    print(sweep_report.render(results, optimal, skipped, flags, args.json))
     return 0
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux, or /proc not mounted: the flags are then unknown
+        return ""

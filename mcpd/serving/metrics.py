@@ -52,6 +52,10 @@ LATENCIES = (
 BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf"]
 """Each bucket's `le` label, written as Prometheus writes floats."""
 
+BACKEND_LABELS = ("backend", "provider", "device", "precision", "capabilities")
+"""mcpd_model_backend_info's labels besides `model`, from the loaded backend's detail; empty
+where the backend has no such thing (a provider is onnxruntime's, a device OpenVINO's)."""
+
 Rows = list[tuple[list[str], Any]]
 
 
@@ -69,6 +73,13 @@ def _gauge(name: str, help: str, unit: str, labels: list[str], rows: Rows) -> Me
 
 def _counter(name: str, help: str, labels: list[str], rows: Rows) -> Metric:
     return _filled(CounterMetricFamily(PREFIX + name, help, labels=labels), rows)
+
+
+def _label(value: object) -> str:
+    """A label value: a list (capabilities) comma-separated, nothing as the empty string."""
+    if value is None:
+        return ""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def _hertz(mhz: object) -> int | None:
@@ -219,6 +230,16 @@ def model_families(
         ["model"],
         [([m], s.errors) for m, s in stats.items()],
     )
+    runtime = InfoMetricFamily(
+        PREFIX + "model_backend",
+        "What runs each loaded model: its backend, onnxruntime's provider, OpenVINO's device, "
+        "precision in force and the device's capabilities.",
+        labels=["model"],
+    )
+    for m, s in stats.items():
+        if "backend" in s.detail:  # loaded
+            runtime.add_metric([m], {key: _label(s.detail.get(key)) for key in BACKEND_LABELS})
+    yield runtime
     counted = {m: s.statistics for m, s in stats.items() if s.statistics is not None}
     yield _counter(
         "inference_batches",

@@ -16,9 +16,16 @@ from mcpd.snapshot import Duration, Statistics
 
 NO_CACHE = {"count": 0, "ns": 0}
 """mcpd has no response cache; perf_analyzer reads cache_hit and cache_miss all the same."""
-INSTANCE_KINDS = {"CUDAExecutionProvider": "KIND_GPU", "TensorrtExecutionProvider": "KIND_GPU"}
-"""Where an onnxruntime model runs, as Triton's instance_group kind; CPU otherwise. An RKNN model
-runs where its runtime places it: KIND_MODEL."""
+INSTANCE_KINDS = {
+    "CUDAExecutionProvider": "KIND_GPU",
+    "TensorrtExecutionProvider": "KIND_GPU",
+    "GPU": "KIND_GPU",
+    "NPU": "KIND_MODEL",
+    "AUTO": "KIND_MODEL",
+}
+"""Where a model runs (onnxruntime's provider, OpenVINO's device) as Triton's instance_group kind;
+CPU otherwise. An RKNN model, or an OpenVINO one on an NPU or AUTO, runs where its runtime places
+it: KIND_MODEL."""
 INPUT_FLAGS = {"is_shape_tensor": False, "allow_ragged_batch": False, "optional": False}
 
 
@@ -73,8 +80,12 @@ def _tensor(spec: TensorSpec) -> dict[str, object]:
 def model_config(model: ModelSection, backend: Backend) -> dict[str, object]:
     """The ModelConfig of a loaded model: what it serves as, not a Triton repository's file.
     Fields mcpd has no notion of (ensembles, sequences, warm-up, …) are left out."""
-    provider = backend.detail.get("provider")
-    kind = "KIND_MODEL" if backend.kind == "rknn" else INSTANCE_KINDS.get(str(provider), "KIND_CPU")
+    where = str(backend.detail.get("provider") or backend.detail.get("device"))
+    kind = (
+        "KIND_MODEL"
+        if backend.kind == "rknn"
+        else INSTANCE_KINDS.get(where.split(".")[0], "KIND_CPU")  # GPU.1 is a GPU
+    )
     return {
         "name": model.name,
         "platform": backend.platform,

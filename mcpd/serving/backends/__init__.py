@@ -1,7 +1,7 @@
 """Inference backends behind one small interface, chosen from a name table by trying the import.
 
-A backend module is imported only when a model needs it, so a board without rknn-toolkit-lite2 (or
-an x86 box without RKNN at all) still starts and serves its other models.
+A backend module is imported only when a model needs it, so a board without rknn-toolkit-lite2 or
+OpenVINO (or an x86 box without RKNN at all) still starts and serves its other models.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ from typing import Protocol
 
 import numpy as np
 
-from mcpd.config import ModelSection
+from mcpd.config import EXTENSIONS, ModelSection
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec
 
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
 """glibc's; absent from musl, where freed memory goes back on its own."""
 
-MODULES = {"onnxruntime": "mcpd.serving.backends.onnxrt", "rknn": "mcpd.serving.backends.rknn"}
-EXTENSIONS = {".onnx": "onnxruntime", ".ort": "onnxruntime", ".rknn": "rknn"}
+MODULES = {
+    "onnxruntime": "mcpd.serving.backends.onnxrt",
+    "rknn": "mcpd.serving.backends.rknn",
+    "openvino": "mcpd.serving.backends.openvino",
+}
 
 
 class Backend(Protocol):
@@ -48,13 +51,13 @@ class Backend(Protocol):
 
 
 def kind_of(model: ModelSection) -> str:
-    if model.backend != "auto":
-        return model.backend
-    suffix = Path(model.path).suffix.lower()
-    if suffix not in EXTENSIONS:
+    kind = model.served_by()
+    if kind is None:
         known = ", ".join(EXTENSIONS)
-        raise LoadError(f"cannot tell the backend from extension {suffix!r} ({known}); set backend")
-    return EXTENSIONS[suffix]
+        raise LoadError(
+            f"cannot tell the backend from extension {model.suffix!r} ({known}); set backend"
+        )
+    return kind
 
 
 def load(model: ModelSection) -> Backend:
@@ -65,6 +68,14 @@ def load(model: ModelSection) -> Backend:
     module = importlib.import_module(MODULES[kind])
     backend: Backend = module.open_model(model)
     return backend
+
+
+def served_datatype(types: Mapping[str, str], name: str, runtime_type: str) -> str:
+    """The protocol datatype of tensor `name`, from its runtime's type name through `types` (the
+    runtime's table); a LoadError names a type mcpd does not serve."""
+    if runtime_type not in types:
+        raise LoadError(f"tensor {name!r} has type {runtime_type}, which mcpd does not serve")
+    return types[runtime_type]
 
 
 def fixed_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> int | None:

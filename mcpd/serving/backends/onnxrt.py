@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from mcpd.config import ModelSection, OnnxRuntimeOptions
-from mcpd.serving.backends import fixed_batch
+from mcpd.serving.backends import fixed_batch, served_datatype
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec
 
@@ -125,10 +125,9 @@ def trt_profile(inputs: Sequence[TensorSpec], max_batch: int) -> dict[str, str]:
 def _specs(args: Sequence[Any]) -> tuple[TensorSpec, ...]:
     specs = []
     for arg in args:
-        if arg.type not in ORT_TYPES:
-            raise LoadError(f"tensor {arg.name!r} has type {arg.type}, which mcpd does not serve")
+        datatype = served_datatype(ORT_TYPES, arg.name, arg.type)
         shape = tuple(d if isinstance(d, int) and d > 0 else -1 for d in arg.shape)
-        specs.append(TensorSpec(arg.name, ORT_TYPES[arg.type], shape))
+        specs.append(TensorSpec(arg.name, datatype, shape))
     return tuple(specs)
 
 
