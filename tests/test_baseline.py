@@ -93,9 +93,19 @@ def test_stale_copies_from_an_earlier_boot_are_set_aside(
     assert all((f / "baseline.json.stale").exists() for f in folders)
 
 
+NESTED = "[" * 100_000
+"""Issue 26: a copy of 100 000 '[' ended `mcpd run` and root's `mcpd restore` with a RecursionError."""
+
+
 @pytest.mark.parametrize(
     "content",
-    ["{not json", '{"format": 1}', '{"format": 1, "boot_id": null, "domains": {"x": 1}}', "[]"],
+    [
+        "{not json",
+        '{"format": 1}',
+        '{"format": 1, "boot_id": null, "domains": {"x": 1}}',
+        "[]",
+        NESTED,
+    ],
 )
 def test_a_corrupt_copy_is_set_aside(tmp_path: Path, content: str) -> None:
     state = tmp_path / "state"
@@ -103,6 +113,35 @@ def test_a_corrupt_copy_is_set_aside(tmp_path: Path, content: str) -> None:
     (state / "baseline.json").write_text(content)
     assert Baseline.load([state], tmp_path).entries == {}
     assert (state / "baseline.json.corrupt").read_text() == content
+
+
+def test_a_deeply_nested_copy_never_hides_the_intact_one_from_restore(
+    fake: FakeSysfs, folders: list[Path]
+) -> None:
+    throttle(rk3588(fake), Baseline.load(folders, fake.root))
+    (folders[0] / "baseline.json").write_text(NESTED)
+    result = restore_command(fake, folders)
+    assert result.returncode == 0, result.stderr
+    assert "corrupt (nested deeper than 32 levels) baseline set aside" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == "restored fdab0000.npu\nrestored policy4\n"
+    assert (fake.root / POLICY4).read_text() == "2208000"
+    assert (fake.root / NPU).read_text() == "1000000000"
+
+
+def test_restore_tries_every_domain_and_names_the_one_that_failed(
+    fake: FakeSysfs, folders: list[Path]
+) -> None:
+    throttle(rk3588(fake), Baseline.load(folders, fake.root))
+    cap = fake.root / POLICY4
+    cap.unlink()
+    cap.mkdir()  # the kernel refuses the write
+    result = restore_command(fake, folders)
+    assert result.returncode == 1
+    assert result.stdout == "restored fdab0000.npu\n"
+    assert result.stderr.count("error: ") == 1
+    assert "error: policy4: writing 2208000" in result.stderr
+    assert set(saved(folders[1])["domains"]) == {"policy4"}  # type: ignore[arg-type]
 
 
 def test_restore_refuses_paths_that_are_not_a_domain_cap(fake: FakeSysfs, tmp_path: Path) -> None:

@@ -79,11 +79,13 @@ class Store:
         # One descriptor for reading and setting aside: the folder is never looked up twice.
         try:
             _remove_temporaries(folder)
-            data = safefs.read_file(folder, FILENAME, _LIMIT)
-            if data is None:
+            document = safefs.read_json(folder, FILENAME, _LIMIT)
+            if document is None:
                 return {}
-            entries, why = _parse(data, boot_id)
+            entries, why = _parse(document, boot_id)
             return entries if why is None else self._set_aside(folder, why, why)
+        except safefs.CorruptFileError as exc:
+            return self._set_aside(folder, f"corrupt ({exc})", "corrupt")
         except safefs.UnsafeFileError as exc:
             return self._set_aside(folder, f"unsafe ({exc.strerror})", "unsafe")
         except PermissionError as exc:
@@ -134,12 +136,8 @@ def _remove_temporaries(folder: int) -> None:
             safefs.remove(folder, name)
 
 
-def _parse(data: bytes, boot_id: str | None) -> tuple[Entries, str | None]:
+def _parse(document: object, boot_id: str | None) -> tuple[Entries, str | None]:
     """The entries of a copy, or why it is set aside ("corrupt" or "stale")."""
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return {}, "corrupt"
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         return {}, "corrupt"
     if document.get("boot_id") != boot_id:
