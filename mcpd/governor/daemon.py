@@ -84,7 +84,7 @@ class Daemon:
         self.events = EventBus()
         self.root = Path(self.config.daemon.sysfs_root)
         self.board = board.detect(self.root)
-        self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root)
+        self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root, self.board)
         hotplug = HotplugMonitor.start() if self.root == Path("/") else None
         self._started = time.monotonic()
         self.loop = ControlLoop(
