@@ -265,13 +265,15 @@ def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_p
 
 
 def daemon_on_a_simulated_rk3588(tmp_path: Path, **sections: Any) -> Daemon:
-    """The daemon object, not started, on a simulated RK3588 tree built under `tmp_path`."""
+    """The daemon object, not started, on a simulated RK3588 tree built under `tmp_path` (by the
+    first call: a later one is a restart on the same board and boot)."""
     from mcpd import config
     from mcpd.governor.daemon import Daemon
     from mcpd.sim import PROFILES, Simulator
 
     sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
-    sim.build()
+    if not sim.root.exists():
+        sim.build()
     daemon_section = {
         "sysfs_root": str(sim.root),
         "state_dir": str(tmp_path / "state"),
@@ -280,6 +282,45 @@ def daemon_on_a_simulated_rk3588(tmp_path: Path, **sections: Any) -> Daemon:
     }
     cfg = config.parse({"daemon": daemon_section, **sections})
     return Daemon(lambda: cfg)
+
+
+def test_a_daemon_writes_at_stop_only_to_the_domains_it_adopted(tmp_path: Path) -> None:
+    """Issue 26: a daemon restored every entry of the copies it read, adopted or not (a second
+    instance restored the first's). Here a predecessor was killed with the NPU throttled, and its
+    successor's config leaves the NPU alone: the NPU is not its to write; its original stays in
+    the copies for `mcpd restore` (ExecStopPost)."""
+    import asyncio
+
+    from mcpd import config
+
+    predecessor = daemon_on_a_simulated_rk3588(tmp_path)
+    predecessor.loop.start()  # adopts every domain and saves the originals; then kill -9
+    (tmp_path / "board" / NPU).write_text("300000000")
+    (tmp_path / "board" / POLICY4).write_text("816000")
+    daemon = daemon_on_a_simulated_rk3588(
+        tmp_path, governor={"domains": {"fdab0000.npu": {"enabled": False}}}
+    )
+
+    class StopAtOnce:
+        async def start(self) -> None:
+            daemon._stop.set()
+
+        async def stop(self) -> None: ...
+
+        async def reload(self, config: config.Config) -> None: ...
+
+    daemon.services = [StopAtOnce()]
+    assert asyncio.run(daemon.run()) == 0
+    assert (tmp_path / "board" / POLICY4).read_text() == "2400000"
+    assert (tmp_path / "board" / NPU).read_text() == "300000000"
+    for folder in ("run", "state"):
+        saved = json.loads((tmp_path / folder / "baseline.json").read_text())["domains"]
+        assert saved == {
+            "fdab0000.npu": {
+                "path": "sys/class/devfreq/fdab0000.npu/max_freq",
+                "value": "1000000000",
+            }
+        }
 
 
 def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:

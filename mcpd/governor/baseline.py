@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +151,8 @@ class Baseline:
         self._unsaved: Episodes[Path] = Episodes(say_changes=True)
         """Why a store's last save failed; logged once until a save works again."""
         self.entries: Entries = {}
+        self.adopted: set[str] = set()
+        """The domains this process adopted: the only ones its daemon writes to at stop."""
 
     @classmethod
     def load(
@@ -188,6 +190,7 @@ class Baseline:
         Never raises: throttling must not wait for a disk."""
         added = {}
         for domain in domains:
+            self.adopted.add(domain.name)
             if domain.name in self.entries:
                 continue
             value = domain.read_cap_text()
@@ -240,10 +243,17 @@ class Baseline:
     def _document(self) -> bytes:
         return render(self.origin, self.entries)
 
-    def restore(self, domains: list[FrequencyDomain]) -> RestoreReport:
+    def restore(
+        self, domains: list[FrequencyDomain], only: Collection[str] | None = None
+    ) -> RestoreReport:
+        """Write the originals back to `domains`, or to those of them named in `only` (a daemon
+        passes what it adopted: the entries of domains it never governed stay in the copies, for
+        `mcpd restore`), and save the copies with what is left."""
         by_name = {domain.name: domain for domain in domains}
         restored, problems = [], []
         for name, entry in sorted(self.entries.items()):
+            if only is not None and name not in only:
+                continue
             domain = by_name.get(name)
             if domain is None:
                 problems.append(f"{name}: not present on this board now; kept for a later restore")
