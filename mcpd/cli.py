@@ -49,8 +49,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
+    from mcpd.governor import instance
     from mcpd.governor.daemon import Daemon
-    from mcpd.listen import SocketError
+    from mcpd.listen import SocketError, passed_by_systemd
     from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
 
@@ -58,11 +59,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.DEFAULT_PATH if config.DEFAULT_PATH.exists() and not args.simulate else None
     )
     sim_root: Path | None = None
-    created = False
-    stop_sim = threading.Event()
-    sim_thread: threading.Thread | None = None
+    simulator: Simulator | None = None
     if args.simulate:
-        created = args.sim_root is None
         sim_root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-", dir=MEMORY_DIR))
         try:
             simulator = Simulator(
@@ -72,14 +70,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 load=LoadSchedule.parse(args.sim_load),
                 faults=[parse_fault(spec) for spec in args.sim_fault],
             )
-            simulator.build()
         except ValueError as exc:
             print(f"mcpd run: {exc}", file=sys.stderr)
             return 2
-        sim_thread = threading.Thread(
-            target=simulator.run, args=(stop_sim,), name="simulator", daemon=True
-        )
-        sim_thread.start()
+    stop_sim = threading.Event()
+    sim_thread: threading.Thread | None = None
 
     def load() -> config.Config:
         cfg = config.load(path) if path is not None else config.Config()
@@ -87,23 +82,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         first = load()
-        if args.log_level is None:
-            logging.getLogger().setLevel(first.daemon.log_level.upper())
-        live = (lambda text: print(text, flush=True)) if args.live else None
-        # Before the daemon's first thread, which inherits it (mcpd.governor.realtime says why).
-        scheduling = realtime.enter()
-        daemon = Daemon(
-            load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
-        )
-        return asyncio.run(daemon.run())
-    except SocketError as exc:  # the socket or a TCP port taken: the caps are restored already
+        # Before anything is touched, the simulated board included (mcpd.governor.instance).
+        with instance.claim(first.daemon, socket_passed=passed_by_systemd()):
+            if simulator is not None:
+                simulator.build()
+                sim_thread = threading.Thread(
+                    target=simulator.run, args=(stop_sim,), name="simulator", daemon=True
+                )
+                sim_thread.start()
+            if args.log_level is None:
+                logging.getLogger().setLevel(first.daemon.log_level.upper())
+            live = (lambda text: print(text, flush=True)) if args.live else None
+            # Before the daemon's first thread, which inherits it (mcpd.governor.realtime says why).
+            scheduling = realtime.enter()
+            daemon = Daemon(
+                load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
+            )
+            return asyncio.run(daemon.run())
+    except instance.AlreadyRunning as exc:
+        print(f"mcpd run: {exc}; this one exits and touches nothing", file=sys.stderr)
+        return 1
+    except SocketError as exc:  # the socket or a TCP port taken: what it adopted is restored
         print(f"mcpd run: {exc}", file=sys.stderr)
         return 1
     finally:
         stop_sim.set()
         if sim_thread is not None:
             sim_thread.join(timeout=5)
-        if created and sim_root is not None:
+        if sim_root is not None and args.sim_root is None:
             shutil.rmtree(sim_root, ignore_errors=True)
 
 
@@ -182,11 +188,24 @@ def _openvino_devices() -> dict[str, Any] | None:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from mcpd.governor import instance
+
     cfg = _load_config(args.config)
     root = args.sysfs_root or cfg.daemon.sysfs_root
     folders: tuple[str, ...] = baseline_folders(cfg.daemon)
     if args.state_dir or args.runtime_dir:
         folders = tuple(f for f in (args.runtime_dir, args.state_dir) if f)
+    try:
+        # A daemon that holds the folders governs: the baseline is its own, and it restores the
+        # caps itself when it stops. One that died holds nothing (mcpd.governor.instance).
+        with instance.hold(folders):
+            return _restore(folders, root)
+    except instance.AlreadyRunning as exc:
+        print(f"mcpd restore: {exc}; it restores the caps when it stops", file=sys.stderr)
+        return 1
+
+
+def _restore(folders: tuple[str, ...], root: str) -> int:
     baseline = Baseline.load(folders, root)
     if not baseline.entries:
         print("nothing to restore")

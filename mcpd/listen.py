@@ -18,12 +18,15 @@ import logging
 import os
 import socket
 import stat
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger("mcpd.listen")
 
 SD_LISTEN_FDS_START = 3
+_UCRED = struct.Struct("3i")
+"""struct ucred: pid, uid, gid."""
 
 
 class SocketError(Exception):
@@ -37,15 +40,17 @@ class Listener:
     """The path we bound (and remove on stop); None for a socket systemd owns."""
 
 
+def passed_by_systemd() -> bool:
+    """Whether systemd socket activation passed this process a socket (LISTEN_PID, LISTEN_FDS)."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return False
+    count = os.environ.get("LISTEN_FDS", "0")
+    return count.isascii() and count.isdigit() and int(count) >= 1
+
+
 def from_systemd() -> socket.socket | None:
     """The first socket passed by systemd socket activation, if it was passed to this process."""
-    if os.environ.get("LISTEN_PID") != str(os.getpid()):
-        return None
-    try:
-        count = int(os.environ.get("LISTEN_FDS", "0"))
-    except ValueError:
-        return None
-    if count < 1:
+    if not passed_by_systemd():
         return None
     for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         os.environ.pop(name, None)  # so that child processes do not take them too
@@ -95,15 +100,46 @@ def _remove_stale(path: str) -> None:
         return
     if not stat.S_ISSOCK(mode):
         raise SocketError(f"{path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    occupant = listener_at(path)
+    if occupant is not None:
+        raise SocketError(f"{occupant} is already serving on {path}")
+    os.unlink(path)
+
+
+@dataclass(frozen=True)
+class Occupant:
+    """A live listener on a Unix socket."""
+
+    pid: int | None
+    """The process that listens (SO_PEERCRED: the one that called listen(2), pid 1 for a socket
+    systemd holds); None when its backlog is full and no connection could be made."""
+
+    def __str__(self) -> str:
+        return f"another process ({'pid ' + str(self.pid) if self.pid else 'its backlog full'})"
+
+
+def listener_at(path: str) -> Occupant | None:
+    """Who listens on the Unix socket at `path`; None when nothing answers (no socket there, or
+    one left by a process that is gone). Never waits: a blocking connect to a listener whose
+    backlog is full sleeps until it has room, so the probe is non-blocking, and a full backlog
+    (EAGAIN) is a live listener."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
     try:
         probe.connect(path)
-    except OSError:
-        os.unlink(path)
-        return
+        credentials = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    except BlockingIOError:
+        return Occupant(None)
+    except OSError:  # ECONNREFUSED: nobody listens any more
+        return None
     finally:
         probe.close()
-    raise SocketError(f"another process is already serving on {path}")
+    pid, _, _ = _UCRED.unpack(credentials)
+    return Occupant(pid or None)
 
 
 def listen(path: str, group: str) -> Listener:

@@ -15,7 +15,7 @@ import pytest
 
 from mcpd.governor import domains
 from mcpd.governor.baseline import Baseline
-from tests.boards import RK_A76_KHZ, RK_GPU_HZ
+from tests.boards import RK_A76_KHZ, RK_GPU_HZ, rk3588_bsp, x86_intel_laptop
 from tests.fakesys import FakeSysfs
 
 BOOT = "8c7b5ac6-0000-4000-8000-000000000001"
@@ -25,10 +25,12 @@ ORIGINALS = {
     "policy4": {"path": POLICY4, "value": "2208000"},
     "fdab0000.npu": {"path": "sys/class/devfreq/fdab0000.npu/max_freq", "value": "1000000000"},
 }
+BOARD = {"platform": "rk3588", "model": "Radxa ROCK 5B", "compatible": ["rockchip,rk3588"]}
 
 
 def rk3588(fake: FakeSysfs) -> dict[str, domains.FrequencyDomain]:
     fake.file("proc/sys/kernel/random/boot_id", f"{BOOT}\n")
+    fake.device_tree(("rockchip,rk3588",), "Radxa ROCK 5B")
     fake.cpufreq(4, (4, 5), 408000, 2208000, RK_A76_KHZ)
     fake.devfreq("fdab0000.npu", "sys/devices/platform/fdab0000.npu", RK_GPU_HZ, "rknpu_ondemand")
     return {d.name: d for d in domains.discover(fake.root)}
@@ -41,6 +43,18 @@ def folders(tmp_path: Path) -> list[Path]:
 
 def saved(folder: Path) -> dict[str, object]:
     return json.loads((folder / "baseline.json").read_text())  # type: ignore[no-any-return]
+
+
+def copy_of(fake: FakeSysfs, entries: object, **changes: object) -> str:
+    """A copy as mcpd writes it on `fake`'s RK3588, with `changes` made to it."""
+    document = {
+        "format": 2,
+        "boot_id": BOOT,
+        "sysfs_root": str(fake.root.resolve()),
+        "board": BOARD,
+        "domains": entries,
+    }
+    return json.dumps({**document, **changes})
 
 
 def throttle(found: dict[str, domains.FrequencyDomain], baseline: Baseline) -> None:
@@ -58,7 +72,7 @@ def test_both_copies_hold_the_originals_before_the_first_write(
     assert not any((f / "baseline.json").exists() for f in folders)
     baseline.remember(found.values())
     for folder in folders:
-        assert saved(folder) == {"format": 1, "boot_id": BOOT, "domains": ORIGINALS}
+        assert saved(folder) == json.loads(copy_of(fake, ORIGINALS))
 
 
 def test_restore_after_a_crash_keeps_the_originals(fake: FakeSysfs, folders: list[Path]) -> None:
@@ -93,9 +107,19 @@ def test_stale_copies_from_an_earlier_boot_are_set_aside(
     assert all((f / "baseline.json.stale").exists() for f in folders)
 
 
+NESTED = "[" * 100_000
+"""Issue 26: a copy of 100 000 '[' ended `mcpd run` and root's `mcpd restore` with a RecursionError."""
+
+
 @pytest.mark.parametrize(
     "content",
-    ["{not json", '{"format": 1}', '{"format": 1, "boot_id": null, "domains": {"x": 1}}', "[]"],
+    [
+        "{not json",
+        '{"format": 1}',
+        '{"format": 1, "boot_id": null, "domains": {"x": 1}}',
+        "[]",
+        NESTED,
+    ],
 )
 def test_a_corrupt_copy_is_set_aside(tmp_path: Path, content: str) -> None:
     state = tmp_path / "state"
@@ -103,6 +127,107 @@ def test_a_corrupt_copy_is_set_aside(tmp_path: Path, content: str) -> None:
     (state / "baseline.json").write_text(content)
     assert Baseline.load([state], tmp_path).entries == {}
     assert (state / "baseline.json.corrupt").read_text() == content
+
+
+def test_a_deeply_nested_copy_never_hides_the_intact_one_from_restore(
+    fake: FakeSysfs, folders: list[Path]
+) -> None:
+    throttle(rk3588(fake), Baseline.load(folders, fake.root))
+    (folders[0] / "baseline.json").write_text(NESTED)
+    result = restore_command(fake, folders)
+    assert result.returncode == 0, result.stderr
+    assert "corrupt (nested deeper than 32 levels) baseline set aside" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == "restored fdab0000.npu\nrestored policy4\n"
+    assert (fake.root / POLICY4).read_text() == "2208000"
+    assert (fake.root / NPU).read_text() == "1000000000"
+
+
+def test_restore_tries_every_domain_and_names_the_one_that_failed(
+    fake: FakeSysfs, folders: list[Path]
+) -> None:
+    throttle(rk3588(fake), Baseline.load(folders, fake.root))
+    cap = fake.root / POLICY4
+    cap.unlink()
+    cap.mkdir()  # the kernel refuses the write
+    result = restore_command(fake, folders)
+    assert result.returncode == 1
+    assert result.stdout == "restored fdab0000.npu\n"
+    assert result.stderr.count("error: ") == 1
+    assert "error: policy4: writing 2208000" in result.stderr
+    assert set(saved(folders[1])["domains"]) == {"policy4"}  # type: ignore[arg-type]
+
+
+# -- a copy belongs to one boot, one sysfs root and one board (issue 26) ----------------------------
+
+
+def test_a_copy_taken_on_another_tree_is_set_aside_and_never_restored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26: the runtime folder is shared by every daemon that does not set its own. A daemon
+    on an RK3588 tree took an x86 tree's copy (neither tree has a boot id) for its own: it would
+    have written the x86 policy0's 4 700 000 kHz to its policy0 and failed on policy1-3."""
+    shared, state = tmp_path / "run", tmp_path / "state"
+    x86, rk = FakeSysfs(tmp_path / "x86"), FakeSysfs(tmp_path / "rk")
+    x86_intel_laptop(x86)
+    rk3588_bsp(rk)
+    Baseline.load([shared], x86.root).remember(domains.discover(x86.root))  # then kill -9
+    a55 = rk.root / "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"
+    a55.write_text("1008000")  # throttled by an earlier run whose copies are gone
+    with caplog.at_level(logging.WARNING):
+        assert Baseline.load([shared, state], rk.root).entries == {}
+    assert caplog.text.count("baseline set aside") == 1
+    assert (
+        f"{shared / 'baseline.json'}: foreign (taken on x86-intel (LENOVO 20XW0055GE) under "
+        f"{x86.root}; this is rk3588 (Radxa ROCK 5 Model B) under {rk.root}) baseline set aside "
+        "as baseline.json.foreign"
+    ) in caplog.text
+    (shared / "baseline.json.foreign").rename(shared / "baseline.json")
+    result = restore_command(rk, [shared, state])
+    assert (result.returncode, result.stdout) == (0, "nothing to restore\n"), result.stderr
+    assert a55.read_text() == "1008000"
+    assert "policy1" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"sysfs_root": "/elsewhere"}, "foreign (taken on rk3588 (Radxa ROCK 5B) under /elsewhere"),
+        (
+            {"board": {"platform": "rk3588", "model": "Orange Pi 5", "compatible": []}},
+            "foreign (taken on rk3588 (Orange Pi 5) under",
+        ),
+        ({"format": 1, "sysfs_root": None, "board": None}, "foreign (format 1 names no sysfs root"),
+        ({"board": None}, 'corrupt ("sysfs_root" or "board" missing)'),
+        ({"format": 3}, "corrupt (not a baseline of format 1 or 2)"),
+    ],
+    ids=["root", "board", "format-1", "no-board", "format-3"],
+)
+def test_a_copy_restores_only_on_the_root_and_board_it_names(
+    fake: FakeSysfs,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    changes: dict[str, object],
+    why: str,
+) -> None:
+    rk3588(fake)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "baseline.json").write_text(copy_of(fake, ORIGINALS, **changes))
+    assert Baseline.load([state], fake.root).entries == {}
+    assert why in caplog.text
+    assert (state / f"baseline.json.{why.split()[0]}").exists()
+
+
+def test_a_format_1_copy_of_this_boot_is_restored_on_the_real_root(tmp_path: Path) -> None:
+    """Only a daemon on / reads the running kernel's boot id (README, "Frequency domains"), so a
+    copy an older mcpd left on this boot is this board's: a crash before an upgrade still gets its
+    caps back. Loaded only: nothing is written to the real sysfs."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    (tmp_path / "baseline.json").write_text(
+        json.dumps({"format": 1, "boot_id": boot, "domains": ORIGINALS})
+    )
+    assert Baseline.load([tmp_path], "/").entries == ORIGINALS
 
 
 def test_restore_refuses_paths_that_are_not_a_domain_cap(fake: FakeSysfs, tmp_path: Path) -> None:
@@ -114,8 +239,7 @@ def test_restore_refuses_paths_that_are_not_a_domain_cap(fake: FakeSysfs, tmp_pa
     state = tmp_path / "state"
     state.mkdir()
     evil = {"path": "sys/kernel/mm/transparent_hugepage/enabled", "value": "never"}
-    tampered = {"format": 1, "boot_id": BOOT, "domains": {"policy4": evil, "evil": evil}}
-    (state / "baseline.json").write_text(json.dumps(tampered))
+    (state / "baseline.json").write_text(copy_of(fake, {"policy4": evil, "evil": evil}))
     report = Baseline.load([state], fake.root).restore(domains.discover(fake.root))
     assert report.restored == ()
     assert any("not the domain's cap; refused" in p for p in report.problems)

@@ -25,7 +25,14 @@ NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
 
 
 class RunningDaemon:
-    def __init__(self, tmp_path: Path, config: str, *args: str, watchdog_usec: int = 0) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        config: str,
+        *args: str,
+        watchdog_usec: int = 0,
+        profile: str = "rk3588",
+    ) -> None:
         self.root = tmp_path / "board"
         self.config = tmp_path / "mcpd.toml"
         self.config.write_text(config)
@@ -44,7 +51,7 @@ class RunningDaemon:
             "--config",
             str(self.config),
             "--simulate",
-            "rk3588",
+            profile,
             "--sim-root",
             str(self.root),
             "--sim-speed",
@@ -104,9 +111,13 @@ class RunningDaemon:
 def daemon(tmp_path: Path) -> Iterator[Callable[..., RunningDaemon]]:
     started: list[RunningDaemon] = []
 
-    def start(config: str = "", *args: str, watchdog_usec: int = 0) -> RunningDaemon:
+    def start(
+        config: str = "", *args: str, watchdog_usec: int = 0, profile: str = "rk3588"
+    ) -> RunningDaemon:
         config = config or f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
-        started.append(RunningDaemon(tmp_path, config, *args, watchdog_usec=watchdog_usec))
+        started.append(
+            RunningDaemon(tmp_path, config, *args, watchdog_usec=watchdog_usec, profile=profile)
+        )
         return started[-1]
 
     yield start
@@ -162,6 +173,30 @@ def test_kill_9_leaves_the_baseline_for_mcpd_restore(
     assert result.returncode == 0, result.stderr
     assert "restored policy4" in result.stdout
     assert d.cap(POLICY4) == 2400000
+
+
+def test_deeply_nested_state_files_are_set_aside_and_the_daemon_governs(
+    daemon: Callable[..., RunningDaemon], tmp_path: Path
+) -> None:
+    """Issue 26: a baseline or learned power of 100 000 '[' ended `mcpd run` with a RecursionError
+    (x86-amd: metered, so the adaptive policy loads what it learned)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in ("baseline.json", "learned-power.json"):
+        (state / name).write_text("[" * 100_000)
+    d = daemon(
+        f'[daemon]\nstate_dir = "{state}"\n[governor]\npolicy = "adaptive"\n', profile="x86-amd"
+    )
+    d.receive(lambda m: m.startswith("READY=1"))
+    d.wait_for(lambda: "learning from scratch" in d.log.read_text())
+    log = d.log.read_text()
+    assert "corrupt (nested deeper than 32 levels) baseline set aside" in log
+    assert f"learned power {state / 'learned-power.json'}: nested deeper than 32 levels" in log
+    assert (state / "baseline.json.corrupt").exists()
+    assert json.loads((state / "baseline.json").read_text())["domains"]  # saved afresh
+    d.process.send_signal(signal.SIGTERM)
+    assert d.process.wait(timeout=15) == 0
+    assert "Traceback" not in d.log.read_text()
 
 
 def test_sighup_applies_a_good_config_and_rejects_a_bad_one(
@@ -230,13 +265,15 @@ def test_a_control_loop_thread_that_ends_takes_the_daemon_down_for_systemd(tmp_p
 
 
 def daemon_on_a_simulated_rk3588(tmp_path: Path, **sections: Any) -> Daemon:
-    """The daemon object, not started, on a simulated RK3588 tree built under `tmp_path`."""
+    """The daemon object, not started, on a simulated RK3588 tree built under `tmp_path` (by the
+    first call: a later one is a restart on the same board and boot)."""
     from mcpd import config
     from mcpd.governor.daemon import Daemon
     from mcpd.sim import PROFILES, Simulator
 
     sim = Simulator(PROFILES["rk3588"], tmp_path / "board")
-    sim.build()
+    if not sim.root.exists():
+        sim.build()
     daemon_section = {
         "sysfs_root": str(sim.root),
         "state_dir": str(tmp_path / "state"),
@@ -245,6 +282,45 @@ def daemon_on_a_simulated_rk3588(tmp_path: Path, **sections: Any) -> Daemon:
     }
     cfg = config.parse({"daemon": daemon_section, **sections})
     return Daemon(lambda: cfg)
+
+
+def test_a_daemon_writes_at_stop_only_to_the_domains_it_adopted(tmp_path: Path) -> None:
+    """Issue 26: a daemon restored every entry of the copies it read, adopted or not (a second
+    instance restored the first's). Here a predecessor was killed with the NPU throttled, and its
+    successor's config leaves the NPU alone: the NPU is not its to write; its original stays in
+    the copies for `mcpd restore` (ExecStopPost)."""
+    import asyncio
+
+    from mcpd import config
+
+    predecessor = daemon_on_a_simulated_rk3588(tmp_path)
+    predecessor.loop.start()  # adopts every domain and saves the originals; then kill -9
+    (tmp_path / "board" / NPU).write_text("300000000")
+    (tmp_path / "board" / POLICY4).write_text("816000")
+    daemon = daemon_on_a_simulated_rk3588(
+        tmp_path, governor={"domains": {"fdab0000.npu": {"enabled": False}}}
+    )
+
+    class StopAtOnce:
+        async def start(self) -> None:
+            daemon._stop.set()
+
+        async def stop(self) -> None: ...
+
+        async def reload(self, config: config.Config) -> None: ...
+
+    daemon.services = [StopAtOnce()]
+    assert asyncio.run(daemon.run()) == 0
+    assert (tmp_path / "board" / POLICY4).read_text() == "2400000"
+    assert (tmp_path / "board" / NPU).read_text() == "300000000"
+    for folder in ("run", "state"):
+        saved = json.loads((tmp_path / folder / "baseline.json").read_text())["domains"]
+        assert saved == {
+            "fdab0000.npu": {
+                "path": "sys/class/devfreq/fdab0000.npu/max_freq",
+                "value": "1000000000",
+            }
+        }
 
 
 def test_runtime_commands_pause_resume_and_profile(tmp_path: Path) -> None:

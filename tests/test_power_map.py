@@ -61,6 +61,7 @@ def test_saved_at_most_once_a_minute_and_only_with_something_new(tmp_path: Path)
     ("content", "problem"),
     [
         (b"{not json", "not JSON"),
+        (b"[" * 100_000, "nested deeper than 32 levels"),  # issue 26: a RecursionError ended mcpd
         (b'{"format": 7}', "not a format-1 learned-power file"),
         (b'{"format": 1, "fingerprint": FP, "peaks": {}}', '"peaks" is not a list'),
         (b'{"format": 1, "fingerprint": FP, "peaks": [{"watts": 3}]}', "peaks[0]: no caps_mhz"),

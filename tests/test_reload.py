@@ -92,6 +92,13 @@ def test_a_verdict_older_than_the_request_is_not_the_answer(tmp_path: Path) -> N
         )
 
 
+def test_a_verdict_file_that_is_not_a_verdict_is_no_answer(tmp_path: Path) -> None:
+    # 60 000 '[' is under the verdict's 64 KiB bound: json's RecursionError ended `mcpd reload`.
+    for content in (b"[" * 60_000, b"[1, 2]", b'{"pid": "x"}', b"\xff"):
+        (tmp_path / reloading.VERDICT_FILE).write_bytes(content)
+        assert reloading.read(tmp_path) is None, content[:10]
+
+
 def test_reload_of_a_process_that_is_gone_says_so(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],

@@ -290,8 +290,11 @@ def test_socket_is_0660_with_its_group_and_refuses_a_second_server(tmp_path: Pat
         import grp
 
         assert info.st_gid == grp.getgrnam("daemon").gr_gid
-        with pytest.raises(SocketError, match="another process is already serving"):
+        with pytest.raises(SocketError) as second:
             bind(path, "")
+        assert (
+            str(second.value) == f"another process (pid {os.getpid()}) is already serving on {path}"
+        )
     finally:
         sock.close()
     bind(path, "").close()  # a stale socket file (nobody listening) is replaced

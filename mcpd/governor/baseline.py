@@ -9,7 +9,8 @@ folder removed at run time) is logged, retried every second (`keep`), and meanwh
 throttled all the same, with a warning that restore-after-crash is not guaranteed.
 
 A copy from an earlier boot is stale (sysfs starts from the firmware's caps again) and is set aside
-rather than restored; so is a corrupt one, or anything planted in its place. Restoring only writes to
+rather than restored; so is one taken on another sysfs root or board (mcpd.governor.baseline_document),
+a corrupt one, or anything planted in its place. Restoring only writes to
 domains discovered on the board now, at the path recorded: ExecStopPost runs as root, and the file
 (in a folder the unprivileged mcpd user owns) must never be a way to write anywhere else. Every file
 here is read and written through mcpd.safefs, which never follows a planted link.
@@ -17,16 +18,16 @@ here is read and written through mcpd.safefs, which never follows a planted link
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from mcpd import safefs
 from mcpd.config import DaemonSection
+from mcpd.governor import board as boards
+from mcpd.governor.baseline_document import Entries, Origin, Unusable, parse, render
 from mcpd.governor.domains import DomainWriteError, FrequencyDomain
 from sensors.episodes import Episodes
 from sensors.sysfs import read_line
@@ -34,11 +35,8 @@ from sensors.sysfs import read_line
 log = logging.getLogger("mcpd.governor.baseline")
 
 FILENAME = "baseline.json"
-_FORMAT = 1
 _LIMIT = 2**20
 """No baseline is anywhere near this big: a larger file was not written by mcpd."""
-
-Entries = dict[str, dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class Store:
     def path(self) -> Path:
         return self.folder / FILENAME
 
-    def load(self, boot_id: str | None) -> Entries:
+    def load(self, here: Origin) -> Entries:
         try:
             folder = safefs.open_folder(self.folder)
         except FileNotFoundError:
@@ -79,11 +77,14 @@ class Store:
         # One descriptor for reading and setting aside: the folder is never looked up twice.
         try:
             _remove_temporaries(folder)
-            data = safefs.read_file(folder, FILENAME, _LIMIT)
-            if data is None:
+            document = safefs.read_json(folder, FILENAME, _LIMIT)
+            if document is None:
                 return {}
-            entries, why = _parse(data, boot_id)
-            return entries if why is None else self._set_aside(folder, why, why)
+            return parse(document, here)
+        except Unusable as exc:
+            return self._set_aside(folder, exc.why, exc.suffix)
+        except safefs.CorruptFileError as exc:
+            return self._set_aside(folder, f"corrupt ({exc})", "corrupt")
         except safefs.UnsafeFileError as exc:
             return self._set_aside(folder, f"unsafe ({exc.strerror})", "unsafe")
         except PermissionError as exc:
@@ -134,26 +135,6 @@ def _remove_temporaries(folder: int) -> None:
             safefs.remove(folder, name)
 
 
-def _parse(data: bytes, boot_id: str | None) -> tuple[Entries, str | None]:
-    """The entries of a copy, or why it is set aside ("corrupt" or "stale")."""
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return {}, "corrupt"
-    if not isinstance(document, dict) or document.get("format") != _FORMAT:
-        return {}, "corrupt"
-    if document.get("boot_id") != boot_id:
-        return {}, "stale"
-    entries = document.get("domains")
-    valid = isinstance(entries, dict) and all(
-        isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("value"), str)
-        for e in entries.values()
-    )
-    if not valid:
-        return {}, "corrupt"
-    return dict(cast(Entries, entries)), None
-
-
 def baseline_folders(daemon: DaemonSection) -> tuple[str, str]:
     """Where the copies are kept, the one on tmpfs first."""
     return daemon.runtime_dir, daemon.state_dir
@@ -163,20 +144,30 @@ class Baseline:
     """The original caps, in memory first, with a copy in each of `folders` (the first listed wins
     when copies disagree)."""
 
-    def __init__(self, folders: Sequence[str | Path], root: str | Path) -> None:
+    def __init__(self, folders: Sequence[str | Path], root: str | Path, origin: Origin) -> None:
         self.root = Path(root)
+        self.origin = origin
         self.stores = [Store(folder) for folder in folders]
         self._unsaved: Episodes[Path] = Episodes(say_changes=True)
         """Why a store's last save failed; logged once until a save works again."""
-        self.boot_id: str | None = None
         self.entries: Entries = {}
+        self.adopted: set[str] = set()
+        """The domains this process adopted: the only ones its daemon writes to at stop."""
 
     @classmethod
-    def load(cls, folders: Sequence[str | Path], root: str | Path) -> Baseline:
-        baseline = cls(folders, root)
-        baseline.boot_id = read_line(baseline.root / "proc/sys/kernel/random/boot_id")
+    def load(
+        cls, folders: Sequence[str | Path], root: str | Path, board: boards.Board | None = None
+    ) -> Baseline:
+        """The copies in `folders` taken on this boot, sysfs root and board (`board` as detected,
+        or detected here)."""
+        origin = Origin.of(
+            read_line(Path(root) / "proc/sys/kernel/random/boot_id"),
+            os.path.realpath(root),
+            board or boards.detect(root),
+        )
+        baseline = cls(folders, root, origin)
         for store in baseline.stores:
-            for name, entry in store.load(baseline.boot_id).items():
+            for name, entry in store.load(baseline.origin).items():
                 baseline.entries.setdefault(name, entry)
         # A copy that lacks what another holds is written again at the first save.
         for store in baseline.stores:
@@ -199,6 +190,7 @@ class Baseline:
         Never raises: throttling must not wait for a disk."""
         added = {}
         for domain in domains:
+            self.adopted.add(domain.name)
             if domain.name in self.entries:
                 continue
             value = domain.read_cap_text()
@@ -249,13 +241,19 @@ class Baseline:
                 log.info("baseline saved to %s again", store.path)
 
     def _document(self) -> bytes:
-        data = {"format": _FORMAT, "boot_id": self.boot_id, "domains": self.entries}
-        return json.dumps(data, indent=1, sort_keys=True).encode()
+        return render(self.origin, self.entries)
 
-    def restore(self, domains: list[FrequencyDomain]) -> RestoreReport:
+    def restore(
+        self, domains: list[FrequencyDomain], only: Collection[str] | None = None
+    ) -> RestoreReport:
+        """Write the originals back to `domains`, or to those of them named in `only` (a daemon
+        passes what it adopted: the entries of domains it never governed stay in the copies, for
+        `mcpd restore`), and save the copies with what is left."""
         by_name = {domain.name: domain for domain in domains}
         restored, problems = [], []
         for name, entry in sorted(self.entries.items()):
+            if only is not None and name not in only:
+                continue
             domain = by_name.get(name)
             if domain is None:
                 problems.append(f"{name}: not present on this board now; kept for a later restore")

@@ -84,7 +84,7 @@ class Daemon:
         self.events = EventBus()
         self.root = Path(self.config.daemon.sysfs_root)
         self.board = board.detect(self.root)
-        self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root)
+        self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root, self.board)
         hotplug = HotplugMonitor.start() if self.root == Path("/") else None
         self._started = time.monotonic()
         self.loop = ControlLoop(
@@ -333,7 +333,9 @@ class Daemon:
         reloading.write(Path(self.config.daemon.runtime_dir), verdict)
 
     def _restore(self) -> None:
-        report = self.baseline.restore(domains.discover(self.root))
+        # Only what it adopted: a daemon that stops before adopting (or leaves a domain alone by
+        # config) never writes to a domain it did not govern.
+        report = self.baseline.restore(domains.discover(self.root), only=self.baseline.adopted)
         if report.restored:
             log.info("baseline caps restored: %s", ", ".join(report.restored))
         for problem in report.problems:

@@ -68,19 +68,15 @@ class PowerMapStore:
             log.warning("learned power: folder %s: %s; learning from scratch", self.folder, exc)
             return {}
         try:
-            data = safefs.read_file(folder, FILENAME, _LIMIT)
-        except OSError as exc:
+            document = safefs.read_json(folder, FILENAME, _LIMIT)
+            if document is None:
+                return {}
+            peaks = parse(document, fingerprint)
+        except (OSError, ValueError) as exc:  # safefs.CorruptFileError is a ValueError
             log.warning("learned power %s: %s; learning from scratch", self.path, exc)
             return {}
         finally:
             os.close(folder)
-        if data is None:
-            return {}
-        try:
-            peaks = parse(data, fingerprint)
-        except ValueError as exc:
-            log.warning("learned power %s: %s; learning from scratch", self.path, exc)
-            return {}
         self.saved = peaks
         log.info("learned power: %d levels from %s", len(peaks), self.path)
         return dict(peaks)
@@ -130,12 +126,9 @@ def render(fingerprint: Mapping[str, Any], peaks: Mapping[Caps, float]) -> bytes
     return json.dumps(document, indent=1).encode()
 
 
-def parse(data: bytes, fingerprint: Mapping[str, Any]) -> dict[Caps, float]:
-    """Raises ValueError naming what is wrong (or that it was learned on something else)."""
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON ({exc})") from None
+def parse(document: object, fingerprint: Mapping[str, Any]) -> dict[Caps, float]:
+    """The peaks in a document read by safefs.read_json. Raises ValueError naming what is wrong
+    (or that it was learned on something else)."""
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         raise ValueError(f"not a format-{_FORMAT} learned-power file")
     if document.get("fingerprint") != json.loads(json.dumps(fingerprint)):

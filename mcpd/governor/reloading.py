@@ -56,12 +56,11 @@ def read(folder: Path) -> Verdict | None:
     try:
         fd = safefs.open_folder(folder)
         try:
-            data = safefs.read_file(fd, VERDICT_FILE, _MAX_VERDICT_BYTES)
+            fields = safefs.read_json(fd, VERDICT_FILE, _MAX_VERDICT_BYTES)
         finally:
             os.close(fd)
-        if data is None:
+        if not isinstance(fields, dict):
             return None
-        fields = json.loads(data)
         return Verdict(
             int(fields["pid"]), float(fields["began"]), bool(fields["ok"]), str(fields["message"])
         )
