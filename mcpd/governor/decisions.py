@@ -49,11 +49,17 @@ class PolicyDriver:
             return verdict, actuators.apply(governor, verdict)
         if newest_temperature is not None and readings.temp_c is not None:
             self._adaptive = adaptive.observe(self._adaptive, *newest_temperature)
-        before = self._adaptive.level
-        verdict, self._adaptive = adaptive.decide(self._adaptive, readings, now, self.levels)
-        if self._adaptive.level == before or not self.levels:
-            return verdict, []
-        return verdict, actuators.set_targets(dict(self.levels[self._adaptive.level].caps_mhz))
+        before = self._adaptive
+        verdict, state = adaptive.decide(before, readings, now, self.levels)
+        if actuators.pending:  # the power was drawn at caps that are no level's: not learned
+            state = replace(state, learned_w=before.learned_w)
+        if state.level != before.level and self.levels:
+            self._adaptive = state
+            return verdict, actuators.set_targets(dict(self.levels[state.level].caps_mhz))
+        changes = actuators.retry()
+        # A level's caps written late: the power settles from now, as after any change.
+        self._adaptive = replace(state, changed_at=now) if changes else state
+        return verdict, changes
 
     def update_levels(
         self,
