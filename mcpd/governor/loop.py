@@ -330,7 +330,7 @@ class ControlLoop:
         if self.power_map is not None and not self._power_map_loaded and self.policy.levels:
             self._power_map_loaded = True
             if plan.source == "meter":
-                self.policy.seed(self.power_map.load(self._power_fingerprint()))
+                self.policy.seed(self.power_map.load(self._power_fingerprint()), self.clock())
         self._clocks.read(self.actuators.controls)
 
     def _power_fingerprint(self) -> dict[str, object]:
