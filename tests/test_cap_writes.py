@@ -73,7 +73,7 @@ def test_a_refused_write_is_retried_at_every_decision_until_it_lands(fake: FakeS
 
 def test_a_decision_that_holds_still_retries_the_write_it_decided(fake: FakeSysfs) -> None:
     board_with_meter(fake, 90.0, 5.0)
-    loop, clock, _ = make_loop(fake.root)
+    loop, clock, events = make_loop(fake.root)
     text = refuse_writes(fake, POLICY4)
     loop.tick(clock.now)  # decided 1680 MHz, refused
     fake.file("sys/devices/virtual/thermal/thermal_zone0/temp", "80000\n")  # in the band: hold
@@ -82,6 +82,8 @@ def test_a_decision_that_holds_still_retries_the_write_it_decided(fake: FakeSysf
     run_for(loop, clock, 0.2)
     assert cap(fake, POLICY4) == 1608000
     assert loop.snapshot.state == "holding"
+    (landed,) = [e for e in events if e.kind == "governor" and "policy4" in e.data["caps"]]
+    assert "policy4 2400 -> 1608 MHz (refused for 0.5 s)" in landed.message
 
 
 def test_adaptive_counts_only_levels_whose_caps_were_written(fake: FakeSysfs) -> None:

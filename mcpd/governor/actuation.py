@@ -145,7 +145,7 @@ class Actuators:
             cap = control.domain.read_cap_mhz()
             if control.wanted is None and (cap is None or not control.low <= cap <= control.high):
                 control.want(control.target)
-        return self._write_wanted()
+        return self.write_wanted()
 
     def apply(self, governor: HysteresisGovernor, verdict: Verdict) -> list[CapChange]:
         """Step every target in force by `verdict` (a hold keeps what is wanted) and write what
@@ -154,7 +154,7 @@ class Actuators:
             for control in self.controls.values():
                 decision = governor.step_mhz(verdict, control.target, control.low, control.high)
                 control.want(decision.new if decision.changed else None)
-        return self._write_wanted()
+        return self.write_wanted()
 
     def set_targets(self, targets_mhz: Mapping[str, float]) -> list[CapChange]:
         """Move the named domains to the given targets (a policy that picks caps itself)."""
@@ -163,13 +163,10 @@ class Actuators:
             if target is not None:
                 target = min(max(target, control.low), control.high)
                 control.want(None if target == control.target else target)
-        return self._write_wanted()
+        return self.write_wanted()
 
-    def retry(self) -> list[CapChange]:
-        """Write the targets decided before and not in force yet."""
-        return self._write_wanted()
-
-    def _write_wanted(self) -> list[CapChange]:
+    def write_wanted(self) -> list[CapChange]:
+        """Write every target decided and not in force yet (retried at every decision)."""
         changes = []
         for control in self.controls.values():
             if control.wanted is not None:

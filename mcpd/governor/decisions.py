@@ -56,7 +56,7 @@ class PolicyDriver:
         if state.level != before.level and self.levels:
             self._adaptive = state
             return verdict, actuators.set_targets(dict(self.levels[state.level].caps_mhz))
-        changes = actuators.retry()
+        changes = actuators.write_wanted()
         # A level's caps written late: the power settles from now, as after any change.
         self._adaptive = replace(state, changed_at=now) if changes else state
         return verdict, changes
