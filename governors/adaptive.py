@@ -22,6 +22,10 @@ next by one domain:
   once settled (a learned map: an idle spell does not hide what a burst draws), else scaled from
   the highest level below with a peak; where power is itself an estimate (no meter), each level's
   Energy Model power at full load, against a limit lowered by `estimate_error`;
+- a learned peak is robust and expires (governors/peaks.py); a reading over the limit at a
+  level read a while cuts at once (the limit is held as the meter reads it) but is that level's
+  peak only if the first reading after the cut, at lower caps, is above the level's peak (the
+  load rose); else it was a spike, and the board comes back as fast as its raise budget allows;
 - the same fail-safe as the seed rule: an unknown temperature, or a meter that went silent, cuts
   every cap by `down_factor` per decision.
 
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from governors.hysteresis import Action, Readings, Verdict
 from governors.levels import Level
 from governors.params import GovernorParams
+from governors.peaks import PeakRule, Peaks, Recent, by_level
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,13 @@ class AdaptiveState:
     """(time, °C) of recent temperature samples, oldest first."""
     raises: tuple[float, ...] = ()
     """When the raises of the last minute happened."""
-    learned_w: tuple[tuple[int, float], ...] = ()
-    """(level, peak watts) measured there once settled, most recently visited first."""
+    learned_w: Peaks = ()
+    """Each level's peak, measured there once settled (governors/peaks.py)."""
+    recent_w: Recent = ()
+    """The settled readings at this level that its peak is learned from."""
+    suspect_w: tuple[int, float] | None = None
+    """(level, watts): a reading over the limit at a level read a while, not (yet) its peak: a
+    spike, or a load that rose. The first settled reading after the cut tells which."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,8 @@ class AdaptivePolicy:
     power_trigger: float = 0.995
     """Power at this fraction of the limit lowers: leakage creeps up with temperature at a fixed
     level, and the meter is read every 100 ms, so acting at the limit itself is too late."""
+    peaks: PeakRule = field(default_factory=PeakRule)
+    """How a level's peak is learned and forgotten."""
     estimate_error: float = 0.05
     """How far low an estimated power may read: the limit is divided by 1 + this when the power
     is the Energy Model estimate. 0.05 is the estimator's largest error against the simulated
@@ -130,7 +142,7 @@ class AdaptivePolicy:
         forecast = levels[target].full_load_w
         if forecast is not None:
             return forecast
-        peaks = dict(state.learned_w)
+        peaks = learned(state)
         if target < state.level:
             ratio = levels[target].fraction / levels[state.level].fraction
             return max(peaks.get(target, 0.0), power_w * ratio)
@@ -157,7 +169,7 @@ class AdaptivePolicy:
         peak rather than on the power now (`loaded` false: the load may be light now) only
         trusts levels with a peak of their own: the power now says nothing about them."""
         if levels[target].full_load_w is None:  # metered: what was learned decides
-            peak = dict(state.learned_w).get(target)
+            peak = learned(state).get(target)
             if peak is not None and before_w:
                 return peak * max(1.0, power_w / before_w)
             if peak is None and not loaded:
@@ -165,7 +177,7 @@ class AdaptivePolicy:
         return self.estimate_w(state, levels, target, power_w)
 
     def raise_limit_w(self, state: AdaptiveState, target: int, limit_w: float) -> float:
-        measured = any(level == target for level, _ in state.learned_w)
+        measured = target in learned(state)
         return limit_w * (self.learned_margin if measured else self.power_margin)
 
     def decide(
@@ -174,21 +186,24 @@ class AdaptivePolicy:
         if not levels:
             return Verdict(Action.HOLD, "nothing to govern"), state
         state = replace(state, level=min(max(state.level, 0), len(levels) - 1))
+        state = replace(state, learned_w=self.peaks.expire(state.learned_w, now))
         temp, power = readings.temp_c, readings.power_w
         if temp is None:
             return self._cut(state, levels, now, "temperature unknown (fail-safe)")
         if power is None and readings.metered:
             return self._cut(state, levels, now, "power unknown, meter silent (fail-safe)")
         settled = now - state.changed_at >= self.settle_s
-        before = dict(state.learned_w).get(state.level)
+        before = learned(state).get(state.level)
         if power is not None and settled:
-            state = self._learn(state, power)
+            state = self._learn(state, power, now)
         limit_w = self.limit_w(readings)
         trigger_w = limit_w * self.power_trigger
         # A level known to draw over the limit at its peak (learned before a restart) is left
         # before the load arrives, not at the first meter window over the limit.
         known_w = before if before is not None and state.level > 0 else 0.0
         if power is not None and max(power, known_w) >= trigger_w and settled:
+            if power > learned(state).get(state.level, power):
+                state = replace(state, suspect_w=(state.level, power))
             target = next(
                 (
                     i
@@ -253,11 +268,20 @@ class AdaptivePolicy:
             return verdict, replace(state, raised_at=now, raises=(*recent, now))
         return Verdict(Action.HOLD, "at the highest sustainable level"), state
 
-    def _learn(self, state: AdaptiveState, power: float) -> AdaptiveState:
-        """Keep the peak: the power a level draws under full load, not at the last idle spell."""
-        kept = tuple(entry for entry in state.learned_w if entry[0] != state.level)
-        peak = max([power, *(w for level, w in state.learned_w if level == state.level)])
-        return replace(state, learned_w=((state.level, peak), *kept[:63]))
+    def _learn(self, state: AdaptiveState, power: float, now: float) -> AdaptiveState:
+        """Keep the peak: the power a level draws under full load, not at the last idle spell,
+        nor in a spike (governors/peaks.py)."""
+        if state.suspect_w is not None and state.suspect_w[0] != state.level:
+            # At lower caps, more than the level left drew at its peak: the load rose, and the
+            # reading that cut was no spike. At most as much: it was one.
+            level, watts = state.suspect_w
+            state = replace(state, suspect_w=None)
+            if power > learned(state).get(level, math.inf):
+                learned_w = self.peaks.reached(state.learned_w, level, watts, now)
+                state = replace(state, learned_w=learned_w)
+        recent, held = self.peaks.held(state.recent_w, power, now)
+        learned_w = self.peaks.reached(state.learned_w, state.level, held, now)
+        return replace(state, recent_w=recent, learned_w=learned_w)
 
     def _forgive(self, state: AdaptiveState, now: float) -> AdaptiveState:
         """A raise that held for undo_window_s halves the back-off."""
@@ -278,7 +302,12 @@ class AdaptivePolicy:
         if action is Action.LOWER and undone:
             interval = min(self.max_raise_interval_s, interval * 2)
         return Verdict(action, why), replace(
-            state, level=target, changed_at=now, raised_at=None, raise_interval_s=interval
+            state,
+            level=target,
+            changed_at=now,
+            raised_at=None,
+            raise_interval_s=interval,
+            recent_w=(),
         )
 
     def _cut(
@@ -292,6 +321,11 @@ class AdaptivePolicy:
         )
         # LOWER even at the lowest level: the batch sizes still step down, as in the seed rule.
         return Verdict(Action.LOWER, why), self._move(state, target, now, why)[1]
+
+
+def learned(state: AdaptiveState) -> dict[int, float]:
+    """Each level's learned peak, in watts."""
+    return by_level(state.learned_w)
 
 
 def uniform_below(levels: tuple[Level, ...], level: int) -> int:

@@ -13,6 +13,18 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class WriteFailure:
+    """A cap the kernel does not take: the governor's decision for the domain is not in force."""
+
+    error: str
+    """The last refusal, naming the file and the errno (or the value the kernel kept)."""
+    since: float
+    """Unix time of the first refusal of this episode."""
+    wanted_mhz: float
+    """The target decided and retried at every decision until it is written and read back."""
+
+
+@dataclass(frozen=True)
 class DomainStatus:
     name: str
     kind: str
@@ -20,10 +32,12 @@ class DomainStatus:
     """The cap in force (read back from sysfs)."""
     cur_mhz: float | None
     target_mhz: float
-    """The governor's continuous target; the cap is this snapped to the frequency table."""
+    """The governor's continuous target in force (written and read back); the cap is this
+    snapped to the frequency table."""
     min_mhz: float
     max_mhz: float
     """The range the governor moves this domain in (config ∩ hardware)."""
+    write_failure: WriteFailure | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class Snapshot:
     powers: Mapping[str, float | None]
     domains: tuple[DomainStatus, ...]
     state: str
-    """starting, lowering, raising, holding, fail-safe or paused."""
+    """starting, lowering, raising, holding, write-failing, fail-safe, paused or ungoverned."""
     profile: str
     """The governor profile in force ("default": the [governor] values)."""
     last_action: LastAction | None

@@ -17,8 +17,17 @@ from typing import TypedDict
 
 from mcpd import __version__
 from mcpd.percentiles import DurationSummary
-from mcpd.snapshot import ModelStats, Snapshot
+from mcpd.snapshot import ModelStats, Snapshot, WriteFailure
 from sensors.sysfs import read_text
+
+
+class WriteFailureDoc(TypedDict):
+    error: str
+    """The last refusal: the file and the errno, or the cap the kernel kept."""
+    since: float
+    """Unix time of the first refusal of this episode."""
+    wanted_mhz: float
+    """The target decided, retried at every decision until it is in force."""
 
 
 class DomainDoc(TypedDict):
@@ -27,8 +36,12 @@ class DomainDoc(TypedDict):
     cap_mhz: float | None
     cur_mhz: float | None
     target_mhz: float
+    """The target in force: written and read back."""
     min_mhz: float
     max_mhz: float
+    write_failure: WriteFailureDoc | None
+    """While the kernel refuses this domain's cap (EBUSY, a cap that reads back higher than
+    written): why, since when and what is wanted; None while its caps are written."""
 
 
 class ThermalDoc(TypedDict):
@@ -185,6 +198,16 @@ def _rss_bytes() -> int:
     return int(read_text("/proc/self/statm").split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _write_failure(failure: WriteFailure | None) -> WriteFailureDoc | None:
+    if failure is None:
+        return None
+    return {
+        "error": failure.error,
+        "since": round(failure.since, 3),
+        "wanted_mhz": round(failure.wanted_mhz, 1),
+    }
+
+
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -216,6 +239,7 @@ def document(
                 "target_mhz": round(d.target_mhz, 1),
                 "min_mhz": d.min_mhz,
                 "max_mhz": d.max_mhz,
+                "write_failure": _write_failure(d.write_failure),
             }
             for d in snapshot.domains
         },
@@ -283,5 +307,11 @@ def line(snapshot: Snapshot) -> str:
     parts = [f"{temp} {power}", f"{caps} MHz" if caps else "no domains"]
     if snapshot.batch:
         parts.append("batch " + " ".join(f"{name} {size}" for name, size in snapshot.batch.items()))
-    parts.append(snapshot.state)
+    failing = " ".join(d.name for d in snapshot.domains if d.write_failure is not None)
+    if not failing:
+        parts.append(snapshot.state)
+    elif snapshot.state == "write-failing":
+        parts.append(f"write-failing: {failing}")
+    else:
+        parts.append(f"{snapshot.state}, write-failing: {failing}")
     return " | ".join(parts)

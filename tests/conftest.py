@@ -36,14 +36,15 @@ def _fuse_available() -> str | None:
 
 
 @pytest.fixture
-def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str]], Path]]:
-    """Mount a fixture tree through FUSE so that chosen files fail with a chosen errno."""
+def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | Path], Path]]:
+    """Mount a fixture tree through FUSE so that chosen files fail with a chosen errno: the rules
+    of tests/fusetree.py, or a JSON file of them that is read again at every call."""
     why = _fuse_available()
     if why:
         pytest.skip(f"errno overlay needs FUSE: {why}")
     mounts: list[tuple[subprocess.Popen[bytes], Path]] = []
 
-    def mount(source: Path, errors: dict[str, str]) -> Path:
+    def mount(source: Path, errors: dict[str, str] | Path) -> Path:
         mountpoint = tmp_path / f"fuse{len(mounts)}"
         mountpoint.mkdir()
         log = tmp_path / f"fuse{len(mounts)}.log"
@@ -53,7 +54,7 @@ def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str]], P
             "tests.fusetree",
             str(source),
             str(mountpoint),
-            json.dumps(errors),
+            f"@{errors}" if isinstance(errors, Path) else json.dumps(errors),
         ]
         with open(log, "wb") as stderr:
             process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr)

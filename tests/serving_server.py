@@ -40,6 +40,7 @@ def status_document() -> StatusDocument:
                 "target_mhz": 1510.4,
                 "min_mhz": 115.2,
                 "max_mhz": 1510.4,
+                "write_failure": None,
             },
         },
         "thermal": {"headroom": 0.65, "seconds_to_throttle": None},

@@ -434,7 +434,7 @@ def test_a_removed_state_folder_is_made_again(fake: FakeSysfs, folders: list[Pat
 def test_an_unreadable_copy_is_kept_and_throttling_goes_on(
     fake: FakeSysfs,
     folders: list[Path],
-    errno_overlay: Callable[[Path, dict[str, str]], Path],
+    errno_overlay: Callable[[Path, dict[str, str] | Path], Path],
 ) -> None:
     """The daemon cannot read it, but root's restore can: it holds the originals, so it must not be
     replaced by caps that are the daemon's own."""

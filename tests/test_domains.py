@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,38 @@ def test_kernel_refusal_is_an_error_not_a_crash(fake: FakeSysfs) -> None:
     (fake.root / POLICY4 / "scaling_max_freq").mkdir()
     with pytest.raises(domains.DomainWriteError, match="policy4: writing 1416000"):
         domain.change_cap(1500)
+
+
+@pytest.mark.parametrize(
+    ("rule", "error"),
+    [
+        ("write:EBUSY", "writing 1416000 to .*: Device or resource busy"),
+        ("write:keep", "wrote 1416000 to .*; the kernel kept 2208000"),  # a store that ignores it
+    ],
+)
+def test_a_cap_counts_only_once_written_and_read_back(
+    fake: FakeSysfs,
+    errno_overlay: Callable[[Path, dict[str, str] | Path], Path],
+    rule: str,
+    error: str,
+) -> None:
+    rk3588(fake)
+    root = errno_overlay(fake.root, {f"{POLICY4}/scaling_max_freq": rule})
+    domain = {d.name: d for d in domains.discover(root)}["policy4"]
+    with pytest.raises(domains.DomainWriteError, match=error):
+        domain.change_cap(1500)
+    assert domain.read_cap_mhz() == 2208.0
+
+
+def test_a_cap_the_kernel_holds_lower_is_in_force_as_read_back(
+    fake: FakeSysfs, errno_overlay: Callable[[Path, dict[str, str] | Path], Path]
+) -> None:
+    """cpufreq's scaling_max_freq shows the lowest of every limit on the policy (a cooling
+    device's too): what reads back is the cap in force."""
+    rk3588(fake)
+    root = errno_overlay(fake.root, {f"{POLICY4}/scaling_max_freq": "write:max=1200000"})
+    domain = {d.name: d for d in domains.discover(root)}["policy4"]
+    assert domain.change_cap(1500) == (2208.0, 1200.0)
 
 
 def test_a_cap_file_that_is_a_symlink_is_refused(fake: FakeSysfs, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -18,6 +19,8 @@ from governors import (
     stepped_levels,
     uniform_levels,
 )
+from governors.adaptive import learned
+from governors.peaks import by_level
 
 LEVELS = uniform_levels(
     [
@@ -152,12 +155,19 @@ def test_power_just_under_the_limit_lowers_before_it_is_crossed() -> None:
 
 
 def test_learned_power_blocks_a_raise_the_limit_would_undo() -> None:
-    state = feed(AdaptiveState(level=4, learned_w=((5, 12.5),)), [60.0] * 20, 0.0)
+    state = feed(AdaptiveState(level=4, learned_w=((5, 12.5, 0.0),)), [60.0] * 20, 0.0)
     verdict, state = POLICY.decide(state, cool(60.0, 8.0), 10.0, LEVELS)
     assert verdict.action is Action.HOLD and "would draw ~12.5 W" in verdict.reason
     fresh = feed(AdaptiveState(level=4), [60.0] * 20, 0.0)  # scaled from 8 W: ~10 W
     verdict, _ = POLICY.decide(fresh, cool(60.0, 8.0), 10.0, LEVELS)
     assert verdict.action is Action.RAISE
+
+
+def run(state: AdaptiveState, start: float, seconds: float, watts: float) -> AdaptiveState:
+    """A decision every 100 ms (the meter's period) on `watts`."""
+    for i in range(round(seconds * 10)):
+        _, state = POLICY.decide(state, cool(60.0, watts), start + i / 10, LEVELS)
+    return state
 
 
 def test_no_wind_up_at_the_clamps() -> None:
@@ -228,15 +238,78 @@ def test_a_levels_peak_is_kept_through_idle_spells() -> None:
     since: raising at idle into a level the next burst takes over the limit is what made the
     metered boards cross it at every burst start."""
     state = feed(AdaptiveState(level=4), [60.0] * 20, 0.0)
-    _, state = POLICY.decide(state, cool(60.0, 11.0), 10.0, LEVELS)  # a burst at level 4
-    _, state = POLICY.decide(state, cool(60.0, 5.0), 11.0, LEVELS)  # then idle
-    assert dict(state.learned_w)[4] == 11.0
+    state = run(state, 10.0, 1.0, 11.0)  # a burst at level 4
+    state = run(state, 11.0, 1.0, 5.0)  # then idle
+    assert learned(state)[4] == 11.0
     # Level 5 never visited: scaled from level 4's peak (11 W x ratio^2), not from 5 W now.
     expected = 11.0 * (LEVELS[5].fraction / LEVELS[4].fraction) ** 2
     assert POLICY.estimate_w(state, LEVELS, 5, 5.0) == pytest.approx(expected)
     verdict, _ = POLICY.decide(state, cool(60.0, 5.0), 20.0, LEVELS)
     assert expected >= 12.0 * POLICY.power_margin
     assert verdict.action is Action.HOLD and "next level would draw" in verdict.reason
+
+
+def governed(
+    state: AdaptiveState, start: float, seconds: float, watts: Callable[[int, float], float]
+) -> tuple[AdaptiveState, list[tuple[float, int]]]:
+    """A board at 60 °C whose power is `watts(level, now)`, decided on every 100 ms; returns
+    the state and (time, level) after each decision."""
+    levels = []
+    for i in range(round(seconds * 10)):
+        now = start + i / 10
+        state = POLICY.observe(state, 60.0, now)
+        _, state = POLICY.decide(state, cool(60.0, watts(state.level, now)), now, LEVELS)
+        levels.append((now, state.level))
+    return state, levels
+
+
+def load(top_w: float) -> Callable[[int], float]:
+    """What the board draws at each level under a load that draws `top_w` at the top."""
+    return lambda level: top_w * (LEVELS[level].fraction / LEVELS[TOP].fraction) ** 2
+
+
+def test_a_spike_cuts_but_is_no_peak_and_the_board_comes_back() -> None:
+    """Issue 26: 8 W at the top of a 12 W limit, then one 250 ms spike to 14 W. The spike cuts
+    (the limit is held as the meter reads it), but it is not the top level's peak: the board is
+    back at the top as fast as the raise budget allows. Before, the spike was the top's peak for
+    good and the board never went back."""
+    usual = load(8.0)
+
+    def spiky(level: int, now: float) -> float:
+        return 14.0 if 30.0 <= now < 30.25 else usual(level)
+
+    state, levels = governed(POLICY.start(LEVELS), 0.0, 120.0, spiky)
+    assert [level for t, level in levels if t < 30.0] == [TOP] * 300
+    cut = next(level for t, level in levels if t >= 30.0)
+    assert cut < TOP
+    assert learned(state)[TOP] == 8.0
+    back = next(t for t, level in levels if t > 30.0 and level == TOP)
+    # Three uniform levels up, at most two raises a minute: back 62 s after the spike.
+    assert back < 95.0 and all(level == TOP for t, level in levels if t >= back)
+
+
+def test_a_load_that_rose_is_the_peak_of_the_level_it_cut_from() -> None:
+    """The same cut for a load that stays: at lower caps the board draws more than the top's
+    peak did, so the reading that cut was no spike and bars the top."""
+    half, full = load(8.0), load(15.0)
+    state, _ = governed(POLICY.start(LEVELS), 0.0, 30.0, lambda level, _: half(level))
+    state, levels = governed(state, 30.0, 60.0, lambda level, _: full(level))
+    assert learned(state)[TOP] == 15.0
+    assert all(level < TOP for _, level in levels)
+
+
+def test_a_peak_not_reached_again_for_ten_minutes_is_forgotten() -> None:
+    """A level left for good (a load gone, a hot afternoon) is not barred for good: its peak is
+    forgotten 600 s after it was last reached, and the level is estimated from below again."""
+    state = AdaptiveState(level=4, learned_w=((5, 12.5, 0.0),))
+    verdict, _ = POLICY.decide(feed(state, [60.0] * 20, 596.0), cool(60.0, 8.0), 599.9, LEVELS)
+    assert verdict.action is Action.HOLD and "would draw ~12.5 W" in verdict.reason
+    verdict, _ = POLICY.decide(feed(state, [60.0] * 20, 596.0), cool(60.0, 8.0), 600.0, LEVELS)
+    assert verdict.action is Action.RAISE
+    # Reached again, a peak lives on from then.
+    state = AdaptiveState(level=4, learned_w=((4, 11.0, 0.0),))
+    state = run(state, 500.0, 1.0, 11.0)
+    assert by_level(POLICY.peaks.expire(state.learned_w, 1000.0)) == {4: 11.0}
 
 
 STEPPED = stepped_levels(
@@ -270,7 +343,7 @@ def test_stepped_levels_raise_one_domain_at_a_time_between_the_uniform_ones() ->
 def test_a_power_limit_between_two_uniform_levels_is_held_by_a_mix_of_them() -> None:
     # 10 W with every core at 1700 MHz, each core at 2100 adds 1 W: 11 W fits under 12 W, 12 W
     # does not. Measured peaks per level (what the board showed there).
-    learned = ((3, 10.0), (4, 11.0), (5, 12.0))
+    learned = ((3, 10.0, 98.0), (4, 11.0, 98.0), (5, 12.0, 98.0))
     state = feed(replace(POLICY.start(STEPPED), level=3, learned_w=learned), [60.0] * 10, 98.0)
     verdict, state = POLICY.decide(state, cool(60.0, 10.0), 100.0, STEPPED)
     assert verdict.action is Action.RAISE and state.level == 4

@@ -147,7 +147,11 @@ def test_learned_power_stays_with_its_caps_when_the_levels_are_renumbered() -> N
     driver = PolicyDriver(AdaptivePolicy(), 0.0)
     driver.update_levels(_controls(800.0))
     at = {dict(lv.caps_mhz)["policy4"]: i for i, lv in enumerate(driver.levels)}
-    driver._adaptive = replace(driver._adaptive, learned_w=((at[1416.0], 12.5), (at[800.0], 4.0)))
+    learned_w = ((at[1416.0], 12.5, 7.0), (at[800.0], 4.0, 7.0))
+    driver._adaptive = replace(driver._adaptive, learned_w=learned_w)
     driver.update_levels(_controls(1200.0))
-    learned = {dict(driver.levels[i].caps_mhz)["policy4"]: w for i, w in driver._adaptive.learned_w}
-    assert learned == {1416.0: 12.5}  # 800 MHz is no level any more: its peak is gone
+    learned = {
+        dict(driver.levels[i].caps_mhz)["policy4"]: (w, when)
+        for i, w, when in driver._adaptive.learned_w
+    }
+    assert learned == {1416.0: (12.5, 7.0)}  # 800 MHz is no level any more: its peak is gone

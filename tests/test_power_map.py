@@ -53,8 +53,12 @@ def test_saved_at_most_once_a_minute_and_only_with_something_new(tmp_path: Path)
     assert path.stat().st_mtime_ns == 0
     store.keep(BOARD, {HIGH: 17.1, LOW: 6.0}, now=100.0)
     assert PowerMapStore(tmp_path).load(BOARD) == {HIGH: 17.1, LOW: 6.0}
-    store.keep(BOARD, {LOW: 5.0, HIGH: 18.0}, now=200.0)  # a peak never goes down
-    assert PowerMapStore(tmp_path).load(BOARD) == {HIGH: 18.0, LOW: 6.0}
+    # What the policy holds now: a peak forgotten and learned again lower, one forgotten.
+    store.keep(BOARD, {LOW: 5.0}, now=200.0)
+    assert PowerMapStore(tmp_path).load(BOARD) == {LOW: 5.0}
+    os.utime(path, ns=(0, 0))
+    store.keep(BOARD, {LOW: 5.04}, now=300.0)  # moved by less than 1 %: not worth a write
+    assert path.stat().st_mtime_ns == 0
 
 
 @pytest.mark.parametrize(
@@ -127,7 +131,7 @@ LEVELS = uniform_levels([DomainSteps("policy0", 2100.0, (1400.0, 1700.0, 2100.0)
 
 def test_a_level_known_to_draw_over_the_limit_is_left_before_the_load_arrives() -> None:
     policy = AdaptivePolicy()
-    known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1)))
+    known = AdaptiveState(level=2, learned_w=((2, 17.7, 0.0), (1, 10.1, 0.0)))
     idle = Readings(60.0, 4.0, metered=True)
     verdict, state = policy.decide(known, idle, 10.0, LEVELS)
     assert verdict.action is Action.LOWER and state.level == 1
@@ -170,12 +174,12 @@ def test_a_cut_lands_on_the_highest_level_whose_known_peak_fits() -> None:
     own peak (17.7 W now, as known: 1700 MHz's 10.1 W fits) instead of scaling the power now by
     the plain ratio (17.7 x 1700 / 2100 = 14.3 W: it would go to the floor)."""
     policy = AdaptivePolicy()
-    known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1), (0, 6.0)))
+    known = AdaptiveState(level=2, learned_w=((2, 17.7, 0.0), (1, 10.1, 0.0), (0, 6.0, 0.0)))
     verdict, state = policy.decide(known, Readings(60.0, 17.7, metered=True), 10.0, LEVELS)
     assert verdict.action is Action.LOWER and state.level == 1
     # Drawing half as much again as the peak known here: the lower peaks are scaled with it.
     heavier = Readings(60.0, 17.7 * 1.5, metered=True)
-    known = AdaptiveState(level=2, learned_w=((2, 17.7), (1, 10.1), (0, 6.0)))
+    known = AdaptiveState(level=2, learned_w=((2, 17.7, 0.0), (1, 10.1, 0.0), (0, 6.0, 0.0)))
     verdict, state = policy.decide(known, heavier, 10.0, LEVELS)
     assert verdict.action is Action.LOWER and state.level == 0
 
@@ -184,7 +188,7 @@ def test_a_cut_on_a_learned_peak_trusts_only_levels_with_a_peak_of_their_own() -
     """Idle at a level known to draw 17.7 W: 1700 MHz was never measured, and 4 W now says
     nothing about it under load, so the cut goes to the level whose own peak fits."""
     policy = AdaptivePolicy()
-    known = AdaptiveState(level=2, learned_w=((2, 17.7), (0, 6.0)))
+    known = AdaptiveState(level=2, learned_w=((2, 17.7, 0.0), (0, 6.0, 0.0)))
     verdict, state = policy.decide(known, Readings(60.0, 4.0, metered=True), 10.0, LEVELS)
     assert verdict.action is Action.LOWER and state.level == 0
 
@@ -193,7 +197,7 @@ def test_a_reloaded_policy_keeps_what_it_learned_about_power() -> None:
     driver = PolicyDriver(AdaptivePolicy(), 0.0)
     driver.update_levels(_controls())
     top = caps_key(driver.levels[-1])
-    driver.seed({top: 17.7})
+    driver.seed({top: 17.7}, 0.0)
     driver.reload(0.0, AdaptivePolicy(margin_c=1.0), restart_adaptive=True)
     assert driver.learned_peaks() == {top: 17.7}
 

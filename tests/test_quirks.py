@@ -19,7 +19,7 @@ from sensors.thermal import is_soc_zone
 from tests.boards import BOARDS, jetson_orin_nano_jp6
 from tests.fakesys import FakeSysfs
 
-Overlay = Callable[[Path, dict[str, str]], Path]
+Overlay = Callable[[Path, dict[str, str] | Path], Path]
 ZONE = "sys/devices/virtual/thermal/thermal_zone{}/temp"
 INA = "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon2/{}"
 

@@ -12,7 +12,7 @@ from mcpd import status
 from mcpd.governor.timing import LoopTiming
 from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
-from mcpd.snapshot import ModelStats
+from mcpd.snapshot import DomainStatus, ModelStats, Snapshot, WriteFailure
 from tests.mqtt_status import FakeBoard
 from tests.serving_server import Served, config, status_document
 
@@ -59,6 +59,42 @@ def test_the_document_has_exactly_the_contracts_keys_and_types() -> None:
     document["loop"] = timing.summary()
     assert mismatches(document, status.StatusDocument) == []
     assert mismatches(json.loads(json.dumps(document)), status.StatusDocument) == []
+
+
+def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> None:
+    refused = WriteFailure("policy4: writing 1416000 to …: Device or resource busy", 1.7e9, 1545.6)
+    snapshot = Snapshot(
+        ts=1.7e9 + 1.5,
+        platform="rk3588",
+        model=None,
+        temperature_c=90.0,
+        power_w=None,
+        power_estimated=False,
+        metered=False,
+        temperatures={},
+        powers={},
+        domains=(
+            DomainStatus("policy4", "cpufreq", 2208.0, 2208.0, 2208.0, 408.0, 2208.0, refused),
+            DomainStatus("policy6", "cpufreq", 816.0, 816.0, 823.5, 408.0, 2400.0),
+        ),
+        state="write-failing",
+        profile="default",
+        last_action=None,
+        batch={},
+    )
+    serving: status.ServingDoc = {"pid": None, "state": "stopped", "restarts": 0, "last_exit": None}
+    document = status.document(
+        snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving
+    )
+    assert mismatches(document, status.StatusDocument) == []
+    assert document["domains"]["policy4"]["write_failure"] == {
+        "error": refused.error,
+        "since": 1.7e9,
+        "wanted_mhz": 1545.6,
+    }
+    assert document["domains"]["policy6"]["write_failure"] is None
+    line = "90.0 °C no meter | policy4 2208 policy6 816 MHz | write-failing: policy4"
+    assert status.line(snapshot) == line
 
 
 def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:

@@ -5,12 +5,18 @@ range (the configured [min_mhz, max_mhz] intersected with the hardware range; th
 alone if they do not overlap). The governor steps the target; the domain writes it snapped to its
 table. Keeping the continuous value is what lets repeated x1.15 steps climb through a coarse table
 (RK3588 clusters step by 200 MHz) instead of snapping back to the same level every time.
+
+A target counts only once written and read back (issue 26): a decision the kernel refuses (EBUSY,
+a cap that reads back higher than written) stays wanted, is retried at every decision and shown in
+the status, and the next decision steps from the target in force, not from one never written. A
+cap that reads back lower than written is in force as read (a kernel limit of its own holds it).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from governors import Action, HysteresisGovernor, Verdict
@@ -18,6 +24,7 @@ from mcpd.config import DomainSection
 from mcpd.events import Event, EventBus
 from mcpd.governor.baseline import Baseline
 from mcpd.governor.domains import DomainWriteError, FrequencyDomain
+from mcpd.snapshot import WriteFailure
 from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.governor.actuation")
@@ -28,6 +35,8 @@ class CapChange:
     domain: str
     old_mhz: float | None
     new_mhz: float
+    refused_s: float | None = None
+    """How long the kernel refused this domain's writes before this one (None: it did not)."""
 
 
 @dataclass
@@ -36,6 +45,17 @@ class DomainControl:
     low: float
     high: float
     target: float
+    """In force: written and read back (the cap it snaps to is the one the kernel shows)."""
+    wanted: float | None = None
+    """A target decided but not in force yet, retried at every decision."""
+    failure: WriteFailure | None = None
+    """Why `wanted` is not in force, while its writes fail."""
+
+    def want(self, target: float | None) -> None:
+        """Decide a target to write (None: the one in force will do, nothing is failing then)."""
+        self.wanted = target
+        if target is None:
+            self.failure = None
 
 
 def domain_range(
@@ -55,12 +75,29 @@ class Actuators:
     """The governed domains and their targets. Owns their lifecycle: the original cap of every
     domain goes into the baseline when it is adopted, before anything is written to it."""
 
-    def __init__(self, events: EventBus, baseline: Baseline | None = None) -> None:
+    def __init__(
+        self,
+        events: EventBus,
+        baseline: Baseline | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.events = events
         self.baseline = baseline
+        self.wall = wall
+        """Unix time, for when a refusal began (the status shows it)."""
         self.controls: dict[str, DomainControl] = {}
         self._failing: Episodes[str] = Episodes()
         """Domains whose cap writes fail: logged once until a write succeeds."""
+
+    @property
+    def failing(self) -> list[str]:
+        """The domains whose decided target the kernel does not take."""
+        return [name for name, control in self.controls.items() if control.failure is not None]
+
+    @property
+    def pending(self) -> bool:
+        """Whether some decided target is not in force (the caps are not what was decided)."""
+        return any(control.wanted is not None for control in self.controls.values())
 
     def sync(
         self,
@@ -91,6 +128,8 @@ class Actuators:
                     known.domain = domain  # else keep the one whose knobs are open
                 known.low, known.high = low, high
                 known.target = min(max(known.target, low), high)
+                if known.wanted is not None:
+                    known.wanted = min(max(known.wanted, low), high)
                 current[domain.name] = known
             else:
                 cap = domain.read_cap_mhz()
@@ -102,56 +141,69 @@ class Actuators:
             self.baseline.remember(adopted)
         for domain in adopted:
             domain.open_knobs()
-        changes = []
         for control in current.values():
             cap = control.domain.read_cap_mhz()
-            if cap is None or not control.low <= cap <= control.high:
-                change = self._write(control)
+            if control.wanted is None and (cap is None or not control.low <= cap <= control.high):
+                control.want(control.target)
+        return self.write_wanted()
+
+    def apply(self, governor: HysteresisGovernor, verdict: Verdict) -> list[CapChange]:
+        """Step every target in force by `verdict` (a hold keeps what is wanted) and write what
+        is wanted."""
+        if verdict.action is not Action.HOLD:
+            for control in self.controls.values():
+                decision = governor.step_mhz(verdict, control.target, control.low, control.high)
+                control.want(decision.new if decision.changed else None)
+        return self.write_wanted()
+
+    def set_targets(self, targets_mhz: Mapping[str, float]) -> list[CapChange]:
+        """Move the named domains to the given targets (a policy that picks caps itself)."""
+        for name, control in self.controls.items():
+            target = targets_mhz.get(name)
+            if target is not None:
+                target = min(max(target, control.low), control.high)
+                control.want(None if target == control.target else target)
+        return self.write_wanted()
+
+    def write_wanted(self) -> list[CapChange]:
+        """Write every target decided and not in force yet (retried at every decision)."""
+        changes = []
+        for control in self.controls.values():
+            if control.wanted is not None:
+                change = self._write(control, control.wanted)
                 if change is not None:
                     changes.append(change)
         return changes
 
-    def apply(self, governor: HysteresisGovernor, verdict: Verdict) -> list[CapChange]:
-        changes: list[CapChange] = []
-        if verdict.action is Action.HOLD:
-            return changes
-        for control in self.controls.values():
-            decision = governor.step_mhz(verdict, control.target, control.low, control.high)
-            if not decision.changed:
-                continue
-            control.target = decision.new
-            change = self._write(control)
-            if change is not None:
-                changes.append(change)
-        return changes
-
-    def set_targets(self, targets_mhz: Mapping[str, float]) -> list[CapChange]:
-        """Move the named domains to the given targets (a policy that picks caps itself)."""
-        changes: list[CapChange] = []
-        for name, control in self.controls.items():
-            target = targets_mhz.get(name)
-            if target is None or target == control.target:
-                continue
-            control.target = min(max(target, control.low), control.high)
-            change = self._write(control)
-            if change is not None:
-                changes.append(change)
-        return changes
-
-    def _write(self, control: DomainControl) -> CapChange | None:
+    def _write(self, control: DomainControl, wanted: float) -> CapChange | None:
         domain = control.domain
         try:
-            old, new = domain.change_cap(control.target, control.low)
+            old, new = domain.change_cap(wanted, control.low)
         except DomainWriteError as exc:
+            since = self.wall() if control.failure is None else control.failure.since
+            control.failure = WriteFailure(str(exc), since, wanted)
             if self._failing.fail(domain.name):
-                log.error("%s (logged once until a write succeeds)", exc)
+                log.error("%s (logged once until a write succeeds; retried at every decision)", exc)
                 self.events.publish(
                     Event("fault", str(exc), {"domain": domain.name, "error": "write"})
                 )
             return None
+        # As written: the continuous target (what lets x1.15 steps climb a coarse table); held
+        # lower by the kernel: what it holds.
+        exact = new == domain.snap(wanted, control.low) / domain.per_mhz
+        control.target = wanted if exact else new
+        refused_s = None if control.failure is None else self.wall() - control.failure.since
+        control.want(None)
         if self._failing.succeed(domain.name):
             log.info("%s: cap writes work again", domain.name)
-        return None if new == old else CapChange(domain.name, old, new)
+            self.events.publish(
+                Event(
+                    "fault",
+                    f"{domain.name}: cap writes work again",
+                    {"domain": domain.name, "error": "write", "recovered": True},
+                )
+            )
+        return None if new == old else CapChange(domain.name, old, new, refused_s)
 
 
 def _shape(domain: FrequencyDomain) -> tuple[int, int, tuple[int, ...]]:

@@ -49,6 +49,7 @@ def follow_external_caps(
         if before is None or now is None or abs(now - before) < 0.5:
             continue
         control.target = min(max(now, control.low), control.high)
+        control.want(None)  # followed, not written back
         changed += 1
         message = (
             f"{name}: cap changed by another program, {before:.0f} -> {now:.0f} MHz; following it"

@@ -49,11 +49,17 @@ class PolicyDriver:
             return verdict, actuators.apply(governor, verdict)
         if newest_temperature is not None and readings.temp_c is not None:
             self._adaptive = adaptive.observe(self._adaptive, *newest_temperature)
-        before = self._adaptive.level
-        verdict, self._adaptive = adaptive.decide(self._adaptive, readings, now, self.levels)
-        if self._adaptive.level == before or not self.levels:
-            return verdict, []
-        return verdict, actuators.set_targets(dict(self.levels[self._adaptive.level].caps_mhz))
+        before = self._adaptive
+        verdict, state = adaptive.decide(before, readings, now, self.levels)
+        if actuators.pending:  # the power was drawn at caps that are no level's: not learned
+            state = replace(state, learned_w=before.learned_w, recent_w=())
+        if state.level != before.level and self.levels:
+            self._adaptive = state
+            return verdict, actuators.set_targets(dict(self.levels[state.level].caps_mhz))
+        changes = actuators.write_wanted()
+        # A level's caps written late: the power settles from now, as after any change.
+        self._adaptive = replace(state, changed_at=now) if changes else state
+        return verdict, changes
 
     def update_levels(
         self,
@@ -78,28 +84,37 @@ class PolicyDriver:
             return
         fraction = self.levels[self._adaptive.level].fraction if self.levels else 1.0
         level = max((i for i, lv in enumerate(levels) if lv.fraction <= fraction), default=0)
-        peaks = self.learned_peaks()
+        peaks = self._peaks()
         self.levels = levels
-        self._adaptive = replace(self._adaptive, level=level, learned_w=())
-        self.seed(peaks)
+        self._adaptive = replace(self._adaptive, level=level, learned_w=(), recent_w=())
+        self._merge(peaks)
 
     def learned_peaks(self) -> dict[Caps, float]:
         """The adaptive policy's learned peaks by caps."""
+        return {caps: watts for caps, (watts, _) in self._peaks().items()}
+
+    def seed(self, peaks: Mapping[Caps, float], now: float) -> None:
+        """Peaks by caps learned before a restart, for the levels that have those caps now, as
+        if reached at `now`; a peak learned since is kept where it is higher."""
+        self._merge({caps: (watts, now) for caps, watts in peaks.items()})
+
+    def _peaks(self) -> dict[Caps, tuple[float, float]]:
+        """(watts, when last reached) by caps."""
         return {
-            caps_key(self.levels[i]): watts
-            for i, watts in self._adaptive.learned_w
+            caps_key(self.levels[i]): (watts, at)
+            for i, watts, at in self._adaptive.learned_w
             if i < len(self.levels)
         }
 
-    def seed(self, peaks: Mapping[Caps, float]) -> None:
-        """Peaks by caps (learned before a restart, or before the levels were rebuilt), for the
-        levels that have those caps now; a peak learned since is kept where it is higher."""
+    def _merge(self, peaks: Mapping[Caps, tuple[float, float]]) -> None:
         index = {caps_key(level): i for i, level in enumerate(self.levels)}
-        merged = dict(self._adaptive.learned_w)
-        for caps, watts in peaks.items():
-            if caps in index:
-                merged[index[caps]] = max(watts, merged.get(index[caps], 0.0))
-        self._adaptive = replace(self._adaptive, learned_w=tuple(merged.items()))
+        merged = {i: (watts, at) for i, watts, at in self._adaptive.learned_w}
+        for caps, (watts, at) in peaks.items():
+            i = index.get(caps)
+            if i is not None and (i not in merged or watts > merged[i][0]):
+                merged[i] = (watts, at)
+        learned = tuple((i, watts, at) for i, (watts, at) in merged.items())
+        self._adaptive = replace(self._adaptive, learned_w=learned)
 
     def reload(self, raise_hold_s: float, adaptive: AdaptivePolicy, restart_adaptive: bool) -> None:
         """New settings: the raise hold starts over; a new adaptive policy keeps the level and

@@ -212,14 +212,28 @@ class FrequencyDomain:
 
     def change_cap(self, mhz: float, floor_mhz: float | None = None) -> tuple[float | None, float]:
         """Write the snapped cap unless it is already in force; returns the cap before (None if
-        unreadable) and after, in MHz. Raises DomainWriteError if the kernel refuses."""
+        unreadable) and the cap in force after, read back, in MHz. A kernel may hold a cap lower
+        than written (cpufreq's QoS: a thermal cooling device's own limit) and that is what is in
+        force; a cap that reads back higher than written, or not at all, was not lowered: raises
+        DomainWriteError, as for a write the kernel refuses (EBUSY, EINVAL)."""
         raw = self.snap(mhz, floor_mhz)
         text = self._cap.read()
         before = None if text is None else parse_int(text)
         old = None if before is None else before / self.per_mhz
-        if before != raw:
-            self.write_raw(str(raw))
-        return old, raw / self.per_mhz
+        if before == raw:
+            return old, raw / self.per_mhz
+        self.write_raw(str(raw))
+        text = self._cap.read()
+        after = None if text is None else parse_int(text)
+        if after is None:
+            raise DomainWriteError(
+                f"{self.name}: wrote {raw} to {self.cap_path}; it cannot be read back"
+            )
+        if after > raw:
+            raise DomainWriteError(
+                f"{self.name}: wrote {raw} to {self.cap_path}; the kernel kept {after}"
+            )
+        return old, after / self.per_mhz
 
     def open_knobs(self) -> None:
         """Open the cap for writing and the current frequency for reading at adoption, so that the

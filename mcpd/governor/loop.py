@@ -53,6 +53,16 @@ sensor files are looked for, and the sensors that do not govern (only reported) 
 STATES = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
 
 
+def governor_state(verdict: Verdict, readings: Readings, governed: bool, failing: bool) -> str:
+    """What the status says the governor does: never "lowering" while the kernel refuses the
+    caps (`failing`), since nothing is lowered then."""
+    if not governed:
+        return "ungoverned"
+    if readings.temp_c is None or (readings.metered and readings.power_w is None):
+        return "fail-safe"
+    return "write-failing" if failing else STATES[verdict.action]
+
+
 class ControlLoop:
     """The composition: scheduling, and the order in which the parts act on each sample.
 
@@ -95,7 +105,7 @@ class ControlLoop:
         self.paused = False
         self._pending: LoopSettings | None = None
         self.sensors = SensorSet([], [])
-        self.actuators = Actuators(events, baseline)
+        self.actuators = Actuators(events, baseline, wall)
         self.policy = PolicyDriver(settings.adaptive, settings.raise_hold_s)
         self._batch = BatchSizes(settings.models)
         self._clocks = Readback(events)
@@ -271,9 +281,9 @@ class ControlLoop:
             batch = self._batch.step(s.governor, verdict, s.models)
             if changes or batch:
                 self._report(verdict, changes, batch, readings)
-            unknown = readings.temp_c is None or (readings.metered and readings.power_w is None)
-            state = "fail-safe" if unknown else STATES[verdict.action]
-            self._state = state if self.actuators.controls else "ungoverned"
+            self._state = governor_state(
+                verdict, readings, bool(self.actuators.controls), bool(self.actuators.failing)
+            )
         return written
 
     def _report(
@@ -320,7 +330,7 @@ class ControlLoop:
         if self.power_map is not None and not self._power_map_loaded and self.policy.levels:
             self._power_map_loaded = True
             if plan.source == "meter":
-                self.policy.seed(self.power_map.load(self._power_fingerprint()))
+                self.policy.seed(self.power_map.load(self._power_fingerprint()), self.clock())
         self._clocks.read(self.actuators.controls)
 
     def _power_fingerprint(self) -> dict[str, object]:

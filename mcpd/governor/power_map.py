@@ -10,10 +10,13 @@ The file says which board, meters and frequency tables it was learned on; a file
 else (another module in the carrier board, a different meter, a new kernel's tables) is not used.
 It is read and written through mcpd.safefs (never through a planted link), bounded in size, and
 checked entry by entry: a file that is not what mcpd writes is reported once, by name and what is
-wrong with it, and the daemon learns from scratch; it is replaced at the next save. Writes happen
-at most once a minute and only when something new was learned (a new set of caps, or a peak
-up by 1 % or more), so a board's eMMC sees a handful a day once it has settled. A disk that
-cannot be written costs the next restart its head start, never the governing.
+wrong with it, and the daemon learns from scratch; it is replaced at the next save. The file holds
+the peaks the policy holds: a peak it forgot (not reached for ten minutes, governors/adaptive.py)
+is forgotten here too, so that a load long gone does not bar a level again at every restart.
+Writes happen at most once a minute and only when something changed (a new set of caps, a peak
+moved by 1 % or more, one forgotten), so a board's eMMC sees a handful a day once it has
+settled. A disk that cannot be written costs the next restart its head start, never the
+governing.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ FILENAME = "learned-power.json"
 _FORMAT = 1
 _LIMIT = 2**20
 SAVE_INTERVAL_S = 60.0
-RISE_TO_SAVE = 1.01
-"""A known peak that rose by less than this factor is not worth a write."""
+CHANGE_TO_SAVE = 0.01
+"""A known peak that moved by less than this fraction is not worth a write."""
 MAX_WATTS = 10_000.0
 
 Caps = tuple[tuple[str, float], ...]
@@ -86,18 +89,14 @@ class PowerMapStore:
         return now - self._saved_at >= SAVE_INTERVAL_S
 
     def keep(self, fingerprint: Mapping[str, Any], peaks: Mapping[Caps, float], now: float) -> None:
-        """Save `peaks` when they hold something new and the last save is a minute old."""
+        """Save `peaks` when they changed and the last save is a minute old."""
         if not self.due(now) or not _news(peaks, self.saved):
             return
         self._saved_at = now
-        merged = {
-            **self.saved,
-            **{caps: max(w, self.saved.get(caps, 0.0)) for caps, w in peaks.items()},
-        }
         try:
             folder = safefs.open_folder(self.folder, create=True)
             try:
-                safefs.write_file(folder, FILENAME, render(fingerprint, merged))
+                safefs.write_file(folder, FILENAME, render(fingerprint, peaks))
             finally:
                 os.close(folder)
         except OSError as exc:
@@ -107,11 +106,13 @@ class PowerMapStore:
             return
         if self._failing.succeed(self.path):
             log.info("learned power saved again to %s", self.path)
-        self.saved = merged
+        self.saved = dict(peaks)
 
 
 def _news(peaks: Mapping[Caps, float], saved: Mapping[Caps, float]) -> bool:
-    return any(caps not in saved or w >= saved[caps] * RISE_TO_SAVE for caps, w in peaks.items())
+    if peaks.keys() != saved.keys():
+        return True
+    return any(abs(w - saved[caps]) >= saved[caps] * CHANGE_TO_SAVE for caps, w in peaks.items())
 
 
 def render(fingerprint: Mapping[str, Any], peaks: Mapping[Caps, float]) -> bytes:

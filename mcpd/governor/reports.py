@@ -24,7 +24,10 @@ def action(
     def mhz(value: float | None) -> str:
         return "?" if value is None else f"{value:.0f}"
 
-    parts = [f"{c.domain} {mhz(c.old_mhz)} -> {mhz(c.new_mhz)} MHz" for c in changes]
+    def refused(change: CapChange) -> str:
+        return "" if change.refused_s is None else f" (refused for {change.refused_s:.1f} s)"
+
+    parts = [f"{c.domain} {mhz(c.old_mhz)} -> {mhz(c.new_mhz)} MHz{refused(c)}" for c in changes]
     parts += [f"batch {model} {old} -> {new}" for model, (old, new) in batch.items()]
     message = f"{verdict.action.value}: {', '.join(parts)} ({verdict.reason})"
     data = {

@@ -50,6 +50,7 @@ def build(
                 c.target,
                 c.low,
                 c.high,
+                c.failure,
             )
             for name, c in controls.items()
         ),

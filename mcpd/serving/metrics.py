@@ -35,6 +35,7 @@ GOVERNOR_STATES = (
     "lowering",
     "raising",
     "holding",
+    "write-failing",
     "fail-safe",
     "paused",
     "ungoverned",
