@@ -27,10 +27,11 @@ import paho.mqtt.client as paho
 from mcpd.config import MqttSection
 from mcpd.events import Event
 from mcpd.status import StatusDocument
-from mcpd.telemetry import commands, encoder, homeassistant, mqtt_client
+from mcpd.telemetry import commands, encoder, homeassistant, inbound, mqtt_client
 from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
 from mcpd.telemetry.spool import Spool
 from mcpd.telemetry.topics import Topics
+from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -56,7 +57,12 @@ class Publisher:
         self.topics = Topics(mqtt.topic_prefix, device)
         self._spool_path = spool_path
         self._status = status
-        self._run_command = run_command
+        self._commands = (
+            None
+            if run_command is None
+            else commands.CommandTopic(run_command, self.topics, mqtt.protocol == "5")
+        )
+        self._inbound = inbound.Inbound(self.topics.commands, f"{mqtt.homeassistant_prefix}/status")
         self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -77,7 +83,7 @@ class Publisher:
         self._spool: Spool
         self._link: Link
         self._next_tick = 0.0
-        self._warned: dict[str, float] = {}
+        self._warned: Repeats[str] = Repeats(60.0)
         self._properties()
 
     # -- any thread ------------------------------------------------------------------------------
@@ -145,7 +151,8 @@ class Publisher:
         self._take_facts()
         self._pump()
         self._spool.persist(self._cursor)
-        self._wait(min(self._next_tick, link_due) - self._clock())
+        now = self._clock()
+        self._wait(min(self._next_tick, link_due, self._inbound.due(now)) - now)
 
     def _wait(self, timeout: float) -> None:
         if self._link.wait(max(0.0, timeout), self._wake_r):
@@ -210,29 +217,33 @@ class Publisher:
             elif isinstance(fact, Lost):
                 self._cursor = 0
                 self._inflight.clear()
+                if self._commands is not None:
+                    self._commands.lost()
             elif isinstance(fact, Acked):
                 self._acked(fact)
             elif isinstance(fact, Received):
                 self._received(fact.message)
+        self._listen()
         self._link.flush_writes()
 
     def _connected(self) -> None:
         self._cursor = 0
         self._inflight.clear()
         self._send(self.topics.status, b"online", retain=True)
-        self._subscribe()
+        self._inbound.connected()
+        self._listen()
         self._discover(force=True)
 
-    def _subscribe(self) -> None:
+    def _listen(self) -> None:
         client = self._link.client
-        if client is None or not self._link.connected:
-            return
-        if self._commands_on:
-            client.subscribe(self.topics.commands, qos=1)
-        if self.mqtt.homeassistant_discovery:
-            client.subscribe(f"{self.mqtt.homeassistant_prefix}/status", qos=1)
+        if client is not None and self._link.connected:
+            commands_on = self.mqtt.commands_enabled and self._commands is not None
+            discovery_on = self.mqtt.homeassistant_discovery
+            self._inbound.follow(client, self._clock(), commands_on, discovery_on)
 
     def _acked(self, fact: Acked) -> None:
+        if self._commands is not None:
+            self._commands.acked(fact.mid)
         if fact.mid == self._offline_mid:
             self._offline_acked = not fact.reason.is_failure
         ident = self._inflight.pop(fact.mid, None)
@@ -243,22 +254,17 @@ class Publisher:
         self._spool.remove(ident)
 
     def _received(self, message: paho.MQTTMessage) -> None:
-        if message.topic == f"{self.mqtt.homeassistant_prefix}/status":
-            if message.payload == b"online":  # Home Assistant restarted: it asks for configs again
+        now = self._clock()
+        if message.topic == self._inbound.assistant_status.topic:
+            if self._inbound.rediscover(bytes(message.payload), now):
                 self._discover(force=True)
             return
         name = self.topics.command_name(message.topic)
-        if name is None or not self._commands_on or self._run_command is None:
+        if name is None or self._commands is None or not self._inbound.commands.admit(now):
             return
-        v5 = self.mqtt.protocol == "5"
-        topic, reply, properties = commands.respond(
-            message, name, self._run_command, self.topics.reply(name), v5
-        )
-        self._send(topic, reply, properties=properties)
-
-    @property
-    def _commands_on(self) -> bool:
-        return self.mqtt.commands_enabled and self._run_command is not None
+        reply = self._commands.request(message, name, now)
+        if reply is not None:
+            self._commands.sent(self._send(reply.topic, reply.payload, properties=reply.properties))
 
     def _discover(self, force: bool = False) -> None:
         """Keep Home Assistant's retained configs in step with the board (and with the setting)."""
@@ -287,7 +293,7 @@ class Publisher:
         self._spool.resize(mqtt.spool_messages)
         self._properties()
         self._next_tick = min(self._next_tick, self._clock() + mqtt.telemetry_ms / 1000)
-        self._subscribe()  # again, harmlessly, if discovery was already on
+        self._listen()
         self._discover()
         log.info("telemetry settings applied")
 
@@ -314,7 +320,5 @@ class Publisher:
 
     def _warn(self, key: str, message: str, traceback: bool = False) -> None:
         """Log a repeating problem once a minute at most."""
-        now = self._clock()
-        if now - self._warned.get(key, -60.0) >= 60.0:
-            self._warned[key] = now
+        if self._warned.say(key, self._clock()) is not None:
             log.warning(message, exc_info=traceback)
