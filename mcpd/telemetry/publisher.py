@@ -40,6 +40,9 @@ FLUSH_S = 2.0
 """At stop, how long to keep delivering the spool; what is left stays on disk for the next run."""
 OFFLINE_ACK_S = 1.0
 STOP_S = FLUSH_S + OFFLINE_ACK_S + mqtt_client.CONNECT_TIMEOUT_S + 2.0
+MAX_EVENT_BYTES = 64 * 1024
+"""An event is a line for people and a few details; a larger one (the serving process may send
+anything) is dropped rather than take the room of hundreds of others, in memory and on disk."""
 _STOP = object()
 
 
@@ -169,7 +172,12 @@ class Publisher:
             if item is _STOP:
                 self._stopping = True
             elif isinstance(item, Event):
-                self._spool.add("event", encoder.event(item, device=self.topics.device))
+                payload = encoder.event(item, device=self.topics.device)
+                if len(payload) <= MAX_EVENT_BYTES:
+                    self._spool.add("event", payload, item.kind)
+                else:
+                    size = f"{len(payload)} bytes, at most {MAX_EVENT_BYTES}"
+                    self._warn("large event", f"telemetry: a {item.kind!r} event dropped ({size})")
             elif isinstance(item, MqttSection):
                 self._apply(item)
 
@@ -319,6 +327,8 @@ class Publisher:
         log.info("telemetry stopped; %d messages left in the spool", len(self._spool))
 
     def _warn(self, key: str, message: str, traceback: bool = False) -> None:
-        """Log a repeating problem once a minute at most."""
-        if self._warned.say(key, self._clock()) is not None:
-            log.warning(message, exc_info=traceback)
+        """Log a repeating problem once a minute at most, with how many times it went unsaid."""
+        unsaid = self._warned.say(key, self._clock())
+        if unsaid is not None:
+            more = f" ({unsaid} more since the last such line)" if unsaid else ""
+            log.warning("%s%s", message, more, exc_info=traceback)
