@@ -1,9 +1,11 @@
-"""A flood on the command topic against the real governor on a simulated board (issue 26, item 3).
+"""Floods on the topics the governor listens to, against the real governor on a simulated board
+(issue 26, item 3).
 
 80 000 malformed commands in 8 s used to take the governor from 30 MB to 600 MB, make its control
 loop 678 ms late, write a log line and queue an answer for each, and stop its telemetry: paho read
 the flood in front of the telemetry's acknowledgements, so the in-flight window filled and stayed
-full.
+full. Home Assistant's status topic did the same with `online`, each one queueing every discovery
+config again.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ port = {broker.port}
 device_id = "sim1"
 telemetry_ms = 100
 commands_enabled = true
+homeassistant_discovery = true
 """
     )
     command = [sys.executable, "-m", "mcpd", "run", "--simulate", "jetson-orin-nano"]
@@ -68,8 +71,17 @@ commands_enabled = true
         process.wait(timeout=10)
 
 
-def test_a_command_flood_costs_no_memory_no_log_and_no_telemetry(
-    broker: Mosquitto, governor: subprocess.Popen[bytes], tmp_path: Path
+@pytest.mark.parametrize(
+    ("topic", "payload"),
+    [("mcpd/sim1/cmd/pause", b"{not json"), ("homeassistant/status", b"online")],
+    ids=["commands", "home assistant status"],
+)
+def test_a_flood_costs_no_memory_no_log_and_no_telemetry(
+    broker: Mosquitto,
+    governor: subprocess.Popen[bytes],
+    tmp_path: Path,
+    topic: str,
+    payload: bytes,
 ) -> None:
     log = tmp_path / "daemon.log"
     with recording(broker, TELEMETRY, REPLIES) as recorder:
@@ -78,7 +90,7 @@ def test_a_command_flood_costs_no_memory_no_log_and_no_telemetry(
         telemetry_before = len(recorder.on(TELEMETRY))
         wanted = telemetry_before + mqtt_client.WINDOW + 5
         started = time.monotonic()
-        with Flood(broker, "mcpd/sim1/cmd/pause", b"{not json") as flood:
+        with Flood(broker, topic, payload) as flood:
             while len(recorder.on(TELEMETRY)) < wanted:
                 grown = rss_mb(governor.pid) - rss_before
                 assert grown < 100, f"governor memory +{grown:.0f} MB in the flood"
@@ -93,9 +105,9 @@ def test_a_command_flood_costs_no_memory_no_log_and_no_telemetry(
         assert flood.sent > 100 * (commands.BURST + flooded_s * commands.RATE_PER_S)
         assert rss_mb(governor.pid) - rss_before < 20
         replies = recorder.on("mcpd/sim1/cmd/pause/reply")
-        assert 1 <= len(replies) <= commands.BURST + math.ceil(flooded_s * commands.RATE_PER_S)
+        assert len(replies) <= commands.BURST + math.ceil(flooded_s * commands.RATE_PER_S)
         assert all(not reply.json()["ok"] for reply in replies)
     lines = log.read_bytes()[log_before:].decode().splitlines()
     said = [line for line in lines if "mcpd.telemetry" in line]
-    assert 1 <= len(said) <= 3, said  # rejected, over the rate, flood: once each
+    assert 1 <= len(said) <= 3, said  # the flood, and for commands rejected and over the rate
     assert governor.poll() is None
