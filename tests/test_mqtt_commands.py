@@ -11,20 +11,19 @@ from typing import Any
 import paho.mqtt.client as paho
 import pytest
 
-from mcpd.telemetry.commands import (
+from mcpd.telemetry.commands import answer
+from mcpd.telemetry.inbound import (
     ANSWERS_IN_FLIGHT,
     BURST,
-    RATE_PER_S,
-    SAY_EVERY_S,
-    CommandTopic,
-    answer,
-)
-from mcpd.telemetry.inbound import (
     FLOOD_BURST,
     FLOOD_PER_S,
     QUIET_S,
+    RATE_PER_S,
     REDISCOVERY_PER_S,
+    SAY_EVERY_S,
+    CommandTopic,
     Inbound,
+    Rediscover,
     Subscription,
     TokenBucket,
 )
@@ -99,8 +98,8 @@ def test_the_daemons_refusal_and_failure_are_answers_too() -> None:
     assert reply["ok"] is False and "governor lock timeout" in reply["error"]
 
 
-def request(name: str, payload: bytes) -> paho.MQTTMessage:
-    message = paho.MQTTMessage(topic=f"mcpd/b1/cmd/{name}".encode())
+def request(name: str, payload: bytes, topic: str = "") -> paho.MQTTMessage:
+    message = paho.MQTTMessage(topic=(topic or f"mcpd/b1/cmd/{name}").encode())
     message.payload = payload
     return message
 
@@ -171,9 +170,16 @@ def test_a_flooded_subscription_is_left_for_a_while_and_taken_up_again() -> None
 
 
 def test_home_assistant_online_makes_the_configs_go_again_but_not_in_a_loop() -> None:
-    inbound = Inbound("mcpd/b1/cmd/+", "homeassistant/status")
-    assert inbound.rediscover(b"online", 0.0)
-    assert not inbound.rediscover(b"offline", 0.0)
+    inbound = Inbound(Topics("mcpd", "b1"), "homeassistant", None, v5=False)
+
+    def rediscovers(payload: bytes, now: float) -> bool:
+        status = request("", payload, topic="homeassistant/status")
+        return isinstance(inbound.heard(status, now), Rediscover)
+
+    assert rediscovers(b"online", 0.0)
+    assert not rediscovers(b"offline", 0.0)
     seconds = 1.5 / REDISCOVERY_PER_S  # `online` at 10/s, for as long as 1.5 more take
-    asked = sum(inbound.rediscover(b"online", n / 10) for n in range(1, round(seconds * 10)))
+    asked = sum(rediscovers(b"online", n / 10) for n in range(1, round(seconds * 10)))
     assert asked == 2 + 1  # what was left of the burst of 3, then the rate
+    # Without a daemon to run them, commands are not even looked at.
+    assert inbound.heard(request("pause", b""), 20.0) is None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd.telemetry import commands, mqtt_client
+from mcpd.telemetry import inbound, mqtt_client
 from tests.conftest import PROJECT
 from tests.mqtt_broker import Flood, Mosquitto, mosquitto_binary, recording
 
@@ -102,10 +102,10 @@ def test_a_flood_costs_no_memory_no_log_and_no_telemetry(
         # paho read the flood in front of them).
         during = recorder.on(TELEMETRY)[telemetry_before:]
         assert max(m.json()["spool"]["queued"] for m in during) < mqtt_client.WINDOW // 2
-        assert flood.sent > 100 * (commands.BURST + flooded_s * commands.RATE_PER_S)
+        assert flood.sent > 100 * (inbound.BURST + flooded_s * inbound.RATE_PER_S)
         assert rss_mb(governor.pid) - rss_before < 20
         replies = recorder.on("mcpd/sim1/cmd/pause/reply")
-        assert len(replies) <= commands.BURST + math.ceil(flooded_s * commands.RATE_PER_S)
+        assert len(replies) <= inbound.BURST + math.ceil(flooded_s * inbound.RATE_PER_S)
         assert all(not reply.json()["ok"] for reply in replies)
     lines = log.read_bytes()[log_before:].decode().splitlines()
     said = [line for line in lines if "mcpd.telemetry" in line]

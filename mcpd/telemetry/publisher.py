@@ -60,12 +60,8 @@ class Publisher:
         self.topics = Topics(mqtt.topic_prefix, device)
         self._spool_path = spool_path
         self._status = status
-        self._commands = (
-            None
-            if run_command is None
-            else commands.CommandTopic(run_command, self.topics, mqtt.protocol == "5")
-        )
-        self._inbound = inbound.Inbound(self.topics.commands, f"{mqtt.homeassistant_prefix}/status")
+        v5 = mqtt.protocol == "5"
+        self._inbound = inbound.Inbound(self.topics, mqtt.homeassistant_prefix, run_command, v5)
         self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -225,8 +221,7 @@ class Publisher:
             elif isinstance(fact, Lost):
                 self._cursor = 0
                 self._inflight.clear()
-                if self._commands is not None:
-                    self._commands.lost()
+                self._inbound.lost()
             elif isinstance(fact, Acked):
                 self._acked(fact)
             elif isinstance(fact, Received):
@@ -245,13 +240,10 @@ class Publisher:
     def _listen(self) -> None:
         client = self._link.client
         if client is not None and self._link.connected:
-            commands_on = self.mqtt.commands_enabled and self._commands is not None
-            discovery_on = self.mqtt.homeassistant_discovery
-            self._inbound.follow(client, self._clock(), commands_on, discovery_on)
+            self._inbound.follow(client, self._clock(), self.mqtt)
 
     def _acked(self, fact: Acked) -> None:
-        if self._commands is not None:
-            self._commands.acked(fact.mid)
+        self._inbound.acked(fact.mid)
         if fact.mid == self._offline_mid:
             self._offline_acked = not fact.reason.is_failure
         ident = self._inflight.pop(fact.mid, None)
@@ -262,17 +254,11 @@ class Publisher:
         self._spool.remove(ident)
 
     def _received(self, message: paho.MQTTMessage) -> None:
-        now = self._clock()
-        if message.topic == self._inbound.assistant_status.topic:
-            if self._inbound.rediscover(bytes(message.payload), now):
-                self._discover(force=True)
-            return
-        name = self.topics.command_name(message.topic)
-        if name is None or self._commands is None or not self._inbound.commands.admit(now):
-            return
-        reply = self._commands.request(message, name, now)
-        if reply is not None:
-            self._commands.sent(self._send(reply.topic, reply.payload, properties=reply.properties))
+        heard = self._inbound.heard(message, self._clock())
+        if isinstance(heard, inbound.Rediscover):
+            self._discover(force=True)
+        elif heard is not None:
+            self._inbound.sent(self._send(heard.topic, heard.payload, properties=heard.properties))
 
     def _discover(self, force: bool = False) -> None:
         """Keep Home Assistant's retained configs in step with the board (and with the setting)."""
