@@ -15,11 +15,14 @@ from typing import Any
 
 log = logging.getLogger("mcpd.events")
 
+KINDS = ("governor", "fault", "model", "daemon", "competitor")
+"""The kinds of event mcpd makes. Append only: the telemetry spool's files number them."""
+
 
 @dataclass(frozen=True)
 class Event:
     kind: str
-    """governor, fault, model or daemon."""
+    """One of KINDS (an event forwarded from the serving process may say anything)."""
     message: str
     """One line for people."""
     data: Mapping[str, Any] = field(default_factory=dict)

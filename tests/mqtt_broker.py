@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -202,6 +203,51 @@ class Mosquitto:
 
     def log_text(self) -> str:
         return self.log.read_text() if self.log.exists() else "(no log)"
+
+
+def _length(n: int) -> bytes:
+    """MQTT's variable byte integer."""
+    out = bytearray()
+    while True:
+        n, digit = divmod(n, 128)
+        out.append(digit | (128 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _string(data: bytes) -> bytes:
+    return struct.pack(">H", len(data)) + data
+
+
+class Flood:
+    """A client that publishes one message at QoS 0 as fast as a socket takes it: packets built
+    once and written a thousand at a time (paho could not send fast enough to be a flood)."""
+
+    def __init__(self, broker: Mosquitto, topic: str, payload: bytes) -> None:
+        self.sent = 0
+        self._stop = threading.Event()
+        self._sock = socket.create_connection(("127.0.0.1", broker.port))
+        connect = _string(b"MQTT") + bytes([4, 2]) + struct.pack(">H", 60) + _string(b"flood")
+        self._sock.sendall(b"\x10" + _length(len(connect)) + connect)
+        if self._sock.recv(4)[:1] != b"\x20":
+            raise RuntimeError("no CONNACK for the flood client")
+        body = _string(topic.encode()) + payload
+        self._batch = (b"\x30" + _length(len(body)) + body) * 1000
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sock.sendall(self._batch)
+            self.sent += 1000
+
+    def __enter__(self) -> Flood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._sock.close()
 
 
 @dataclass(frozen=True)

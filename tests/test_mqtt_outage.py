@@ -144,3 +144,40 @@ def test_a_full_spool_drops_the_oldest_telemetry_keeps_events_and_says_how_many(
     # until the broker came back and dropping stopped: each drop is in the next sample made.
     for body in bodies:
         assert body["spool"]["dropped"] == min(max(0, body["seq"] - 9), first), body["seq"]
+
+
+def test_a_flood_of_one_kind_of_event_leaves_the_outages_telemetry_and_other_events_their_room(
+    broker: Mosquitto, fleet: Recorder, tmp_path: Path
+) -> None:
+    """Issue 26: failing loads in a loop while the broker was away filled the spool with model
+    events, and every telemetry message of the outage was dropped to make room for them."""
+    broker.stop()
+    board = FakeBoard()
+    mqtt = settings(broker, spool_messages=100, telemetry_ms=100)
+    with publishing(mqtt, tmp_path, status=board) as publisher:
+        publisher.submit(Event("governor", "an action before the flood"))
+        failures = 0
+        while board.calls < 20:  # 20 samples, each among hundreds of model events
+            for _ in range(50):
+                publisher.submit(Event("model", f"model bad failed to load ({failures})"))
+                failures += 1
+            time.sleep(0.02)
+        sampled = board.calls
+
+        def drained() -> Any:
+            """The first telemetry made once the spool was delivered: after the last drop."""
+            bodies = (m.json() for m in fleet.on(T))
+            return next(
+                (b for b in bodies if b["seq"] >= sampled and b["spool"]["queued"] <= 1), None
+            )
+
+        broker.start()
+        fleet.wait(lambda _: drained() is not None, timeout=20)
+    order = first_seen(seqs(fleet))
+    assert order[:sampled] == list(range(sampled)), "telemetry of the outage dropped"
+    events = [m.json()["message"] for m in fleet.on(E)]
+    assert events[0] == "an action before the flood"
+    models = events[1:]
+    assert f"model bad failed to load ({failures - 1})" in models  # the newest were kept
+    assert len(models) <= 100 - sampled
+    assert drained()["spool"]["dropped"] == failures - len(set(models))

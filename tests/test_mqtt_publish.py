@@ -17,6 +17,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mcpd.events import Event, EventBus
+from mcpd.telemetry.publisher import MAX_EVENT_BYTES
 from tests.mqtt_broker import (
     Mosquitto,
     TlsFiles,
@@ -100,6 +101,26 @@ def test_events_go_out_on_their_topic_with_qos_1(broker: Mosquitto, tmp_path: Pa
         messages = recorder.wait_for("mcpd/b1/events", 2)
     assert [m.json()["kind"] for m in messages] == ["governor", "model"]
     assert messages[0].json()["data"] == {"action": "lower"}
+
+
+def test_an_event_too_large_for_a_line_is_dropped_and_said_once(
+    broker: Mosquitto, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The serving process may send any event: one of megabytes would take the spool's room of
+    hundreds, in memory and on disk."""
+    huge = "x" * MAX_EVENT_BYTES
+    with (
+        caplog.at_level(logging.WARNING, "mcpd.telemetry"),
+        recording(broker, "mcpd/b1/events") as recorder,
+        publishing(settings(broker), tmp_path) as publisher,
+    ):
+        for _ in range(3):
+            publisher.submit(Event("model", huge))
+        publisher.submit(Event("model", "model demo loaded"))
+        messages = recorder.wait_for("mcpd/b1/events")
+    assert [m.json()["message"] for m in messages] == ["model demo loaded"]
+    [said] = [r.getMessage() for r in caplog.records if "event dropped" in r.getMessage()]
+    assert "a 'model' event dropped (" in said and f"at most {MAX_EVENT_BYTES})" in said
 
 
 def test_home_assistant_discovery_is_retained_refreshed_and_removable(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcpd.telemetry import journal
+from mcpd.telemetry import spool as spool_module
 from mcpd.telemetry.spool import SEQ_PER_S, SEQ_RESERVE, Spool
 from tests.test_sensor_files import within
 
@@ -23,12 +24,19 @@ class Clock:
         return self.now
 
 
+EVENTS = {"e": "fault", "g": "governor", "m": "model", "x": "a kind mcpd does not make"}
+
+
 def fill(spool: Spool, kinds: str) -> list[int]:
-    """One message per letter: t = telemetry, e = event; payloads number them."""
+    """One message per letter: t = telemetry, else an event of the kind EVENTS names; payloads
+    number them."""
     ids = []
     for i, letter in enumerate(kinds):
-        kind = "telemetry" if letter == "t" else "event"
-        ids.append(spool.add(kind, f"{letter}{i}".encode()).id)
+        payload = f"{letter}{i}".encode()
+        if letter == "t":
+            ids.append(spool.add("telemetry", payload).id)
+        else:
+            ids.append(spool.add("event", payload, EVENTS[letter]).id)
     return ids
 
 
@@ -49,14 +57,65 @@ def test_messages_come_out_in_the_order_they_went_in() -> None:
     assert len(spool) == 0
 
 
-def test_when_full_the_oldest_telemetry_goes_first_and_events_last() -> None:
+def test_when_full_the_oldest_telemetry_goes_first_while_it_holds_half_the_spool() -> None:
     spool = Spool(4, None, Clock())
-    fill(spool, "etttee")  # 6 messages into 4 places
-    assert spool.dropped == 2
-    assert drain(spool) == [b"e0", b"t3", b"e4", b"e5"]
-    fill(spool, "eeeeee")  # no telemetry left to drop: the oldest events go
-    assert spool.dropped == 4
+    fill(spool, "etttt")
+    assert drain(spool) == [b"e0", b"t2", b"t3", b"t4"]
+    fill(spool, "ettte")  # telemetry and events hold half each: the oldest telemetry went
+    assert drain(spool) == [b"e0", b"t2", b"t3", b"e4"]
+    fill(spool, "eeeeee")  # no telemetry to drop: the oldest events go
     assert drain(spool) == [b"e2", b"e3", b"e4", b"e5"]
+    assert spool.dropped == 4
+
+
+def test_a_flood_of_one_kind_of_event_keeps_at_most_half_and_shares_it_with_the_others() -> None:
+    spool = Spool(10, None, Clock())
+    fill(spool, "gttt" + "m" * 20 + "tt")  # model events in a loop, during an outage
+    assert drain(spool) == [
+        b"g0",
+        b"t1",
+        b"t2",
+        b"t3",
+        b"m20",
+        b"m21",
+        b"m22",
+        b"m23",
+        b"t24",
+        b"t25",
+    ]
+    assert spool.dropped == 16
+    # Events of kinds mcpd does not make (the serving process may send any) share one room.
+    fill(spool, "mmmmm" + "x" * 10 + "gt")
+    assert drain(spool) == [
+        b"m1",
+        b"m2",
+        b"m3",
+        b"m4",
+        b"x11",
+        b"x12",
+        b"x13",
+        b"x14",
+        b"g15",
+        b"t16",
+    ]
+
+
+def test_the_byte_bound_shares_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spool_module, "MAX_BYTES", 12)  # six of fill's 2-byte payloads
+    spool = Spool(100, None, Clock())
+    fill(spool, "tt" + "m" * 6 + "t")
+    assert drain(spool) == [b"t0", b"t1", b"m5", b"m6", b"m7", b"t8"]
+    assert spool.dropped == 3
+
+
+def test_each_event_keeps_its_kind_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.spool"
+    spool = Spool.open(path, 100, Clock())
+    fill(spool, "gmmmx")
+    spool.close()
+    again = Spool.open(path, 6, Clock())
+    fill(again, "mt")  # full: the model events are the most, and the oldest of them goes
+    assert drain(again) == [b"g0", b"m2", b"m3", b"x4", b"m0", b"t1"]
 
 
 def test_a_clean_close_keeps_what_is_owed_and_the_exact_next_seq(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ Request: publish to `<prefix>/<device>/cmd/<name>` an empty payload or a JSON ob
 MQTT 5 Response Topic (with its Correlation Data) when it has one, else to
 `<prefix>/<device>/cmd/<name>/reply`: `{"command", "id", "ok": true, "result": {…}}` or
 `{"command", "id", "ok": false, "error": "…"}`. Nothing here takes a path, a model file or a shell
-command, and nothing outside the allow-list reaches the daemon.
+command, and nothing outside the allow-list reaches the daemon. What reaches this module at all,
+and how often, is mcpd.telemetry.inbound's business.
 """
 
 from __future__ import annotations
@@ -86,8 +87,11 @@ def _validated(name: str, args: dict[str, Any]) -> dict[str, Any]:
         raise Rejected("; ".join(f"args.{problem}" for problem in exc.problems)) from None
 
 
-def answer(name: str, payload: bytes, run: Runner, retained: bool = False) -> bytes:
-    """The reply to one request (never raises: every failure is an answer that says why)."""
+def answer(
+    name: str, payload: bytes, run: Runner, retained: bool = False
+) -> tuple[bytes, str | None]:
+    """The reply to one request, and why it was refused (None when it ran). Never raises: every
+    failure is an answer that says why; a failure of the daemon is logged with its traceback."""
     ident: str | int | None = None
     try:
         if name not in COMMANDS:
@@ -99,29 +103,33 @@ def answer(name: str, payload: bytes, run: Runner, retained: bool = False) -> by
         if result.get("ok", True) is False:
             raise Rejected(str(result.get("error", "refused by the daemon")))
     except Rejected as exc:
-        log.warning("command %r rejected: %s", name, exc)
-        return dumps({"command": name, "id": ident, "ok": False, "error": str(exc)})
-    except Exception as exc:
+        reply = {"command": name, "id": ident, "ok": False, "error": str(exc)}
+        return dumps(reply), str(exc)
+    except Exception as exc:  # admitted requests only (inbound.RATE_PER_S)
         log.exception("command %r failed", name)
-        return dumps({"command": name, "id": ident, "ok": False, "error": f"failed: {exc}"})
+        return dumps({"command": name, "id": ident, "ok": False, "error": f"failed: {exc}"}), None
     log.info("command %r done", name)
     result = {key: value for key, value in result.items() if key != "ok"}
-    return dumps({"command": name, "id": ident, "ok": True, "result": result})
+    return dumps({"command": name, "id": ident, "ok": True, "result": result}), None
 
 
-def respond(
-    message: paho.MQTTMessage, name: str, run: Runner, default_topic: str, v5: bool
-) -> tuple[str, bytes, Properties | None]:
-    """The reply to a request message: where it goes, what it says, its MQTT 5 properties."""
-    reply = answer(name, bytes(message.payload), run, bool(message.retain))
+@dataclass(frozen=True)
+class Reply:
+    topic: str
+    payload: bytes
+    properties: Properties | None
+
+
+def addressed(message: paho.MQTTMessage, reply: bytes, default_topic: str, v5: bool) -> Reply:
+    """The answer goes to the request's Response Topic, with its Correlation Data (MQTT 5)."""
     request = message.properties if v5 else None
     topic = getattr(request, "ResponseTopic", "") or default_topic
     if any(c in topic for c in "+#\0"):
         topic = default_topic  # a wildcard is no place to publish to
     if request is None:
-        return topic, reply, None
+        return Reply(topic, reply, None)
     properties = publish_properties(None)
     correlation = getattr(request, "CorrelationData", None)
     if correlation:
         properties.CorrelationData = correlation
-    return topic, reply, properties
+    return Reply(topic, reply, properties)

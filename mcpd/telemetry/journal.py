@@ -3,7 +3,8 @@
 Layout: the magic `MCPDSPL2`, then frames of `marker (4 bytes A5 5A C3 3C) | type (1) | body length
 (4) | CRC-32 of type, length and body (4) | body`, big-endian:
 
-- ADD  (1): message id (8), kind (1: 0 telemetry, 1 event), payload
+- ADD  (1): message id (8), kind (1: 0 telemetry, 1 an event of no known kind (and any event in a
+  file from before event kinds were kept), 2 and up an event of mcpd.events.KINDS in order), payload
 - DONE (2): message ids (8 each) delivered or dropped since they were added
 - SEQ  (3): the next telemetry `seq` (8), reserved ahead so that it never goes back after a crash
 
@@ -31,13 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mcpd import safefs
+from mcpd import events, safefs
 from sensors.sysfs import open_regular
 
 log = logging.getLogger("mcpd.telemetry")
 
 Kind = Literal["telemetry", "event"]
-KINDS: tuple[Kind, ...] = ("telemetry", "event")
+OTHER = "other"
+"""The share of events of a kind mcpd does not make (the serving process may send any)."""
+SHARES = ("telemetry", OTHER, *events.KINDS)
+"""What messages share the spool's room by; an ADD frame's kind byte is the index here."""
 MAGIC = b"MCPDSPL2"
 MARKER = b"\xa5\x5a\xc3\x3c"
 ADD, DONE, SEQ = 1, 2, 3
@@ -55,6 +59,13 @@ class Message:
     id: int
     kind: Kind
     payload: bytes
+    event: str = OTHER
+    """An event's kind: one of mcpd.events.KINDS, or OTHER."""
+
+    @property
+    def share(self) -> str:
+        """Whose room in the spool it takes: telemetry's, or that of events of its kind."""
+        return "telemetry" if self.kind == "telemetry" else self.event
 
 
 def frame(kind: int, body: bytes) -> bytes:
@@ -65,7 +76,7 @@ def frame(kind: int, body: bytes) -> bytes:
 
 
 def add_frame(message: Message) -> bytes:
-    return frame(ADD, _ADD.pack(message.id, KINDS.index(message.kind)) + message.payload)
+    return frame(ADD, _ADD.pack(message.id, SHARES.index(message.share)) + message.payload)
 
 
 def done_frame(ids: Iterable[int]) -> bytes:
@@ -79,10 +90,12 @@ def seq_frame(seq: int) -> bytes:
 def parse_add(body: bytes) -> Message:
     if len(body) < _ADD.size:
         raise ValueError("short ADD frame")
-    ident, kind_index = _ADD.unpack_from(body)
-    if kind_index >= len(KINDS):
-        raise ValueError(f"unknown message kind {kind_index}")
-    return Message(ident, KINDS[kind_index], body[_ADD.size :])
+    ident, share_index = _ADD.unpack_from(body)
+    if share_index >= len(SHARES):
+        raise ValueError(f"unknown message kind {share_index}")
+    if share_index == 0:
+        return Message(ident, "telemetry", body[_ADD.size :])
+    return Message(ident, "event", body[_ADD.size :], SHARES[share_index])
 
 
 def parse_ids(body: bytes) -> list[int]:

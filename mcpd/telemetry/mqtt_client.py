@@ -24,6 +24,11 @@ from sensors.sysfs import open_regular
 
 WINDOW = 20
 """Messages in flight at once (paho's and mosquitto's default Receive Maximum)."""
+QUEUED = 256
+"""QoS 1 messages paho holds at most, sent or waiting to be: the spool's WINDOW, the command topic's
+answers (commands.ANSWERS_IN_FLIGHT) and state (status, a few discovery configs) stay far below
+it; the bound is there so that nothing can grow paho's memory (a publish beyond it fails, and the
+spool sends the message again later)."""
 CONNECT_TIMEOUT_S = 5.0
 
 _HINTS = {
@@ -74,6 +79,7 @@ def client(mqtt: MqttSection, topics: Topics) -> paho.Client:
     )
     result.connect_timeout = CONNECT_TIMEOUT_S
     result.max_inflight_messages_set(WINDOW)
+    result.max_queued_messages_set(QUEUED)
     result.will_set(topics.status, "offline", qos=1, retain=True)
     if mqtt.username:
         password = _password(mqtt.password_file) if mqtt.password_file else None

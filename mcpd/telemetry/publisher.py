@@ -27,10 +27,11 @@ import paho.mqtt.client as paho
 from mcpd.config import MqttSection
 from mcpd.events import Event
 from mcpd.status import StatusDocument
-from mcpd.telemetry import commands, encoder, homeassistant, mqtt_client
+from mcpd.telemetry import commands, encoder, homeassistant, inbound, mqtt_client
 from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
 from mcpd.telemetry.spool import Spool
 from mcpd.telemetry.topics import Topics
+from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -39,6 +40,9 @@ FLUSH_S = 2.0
 """At stop, how long to keep delivering the spool; what is left stays on disk for the next run."""
 OFFLINE_ACK_S = 1.0
 STOP_S = FLUSH_S + OFFLINE_ACK_S + mqtt_client.CONNECT_TIMEOUT_S + 2.0
+MAX_EVENT_BYTES = 64 * 1024
+"""An event is a line for people and a few details; a larger one (the serving process may send
+anything) is dropped rather than take the room of hundreds of others, in memory and on disk."""
 _STOP = object()
 
 
@@ -56,7 +60,8 @@ class Publisher:
         self.topics = Topics(mqtt.topic_prefix, device)
         self._spool_path = spool_path
         self._status = status
-        self._run_command = run_command
+        v5 = mqtt.protocol == "5"
+        self._inbound = inbound.Inbound(self.topics, mqtt.homeassistant_prefix, run_command, v5)
         self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -77,7 +82,7 @@ class Publisher:
         self._spool: Spool
         self._link: Link
         self._next_tick = 0.0
-        self._warned: dict[str, float] = {}
+        self._warned: Repeats[str] = Repeats(60.0)
         self._properties()
 
     # -- any thread ------------------------------------------------------------------------------
@@ -145,7 +150,8 @@ class Publisher:
         self._take_facts()
         self._pump()
         self._spool.persist(self._cursor)
-        self._wait(min(self._next_tick, link_due) - self._clock())
+        now = self._clock()
+        self._wait(min(self._next_tick, link_due, self._inbound.due(now)) - now)
 
     def _wait(self, timeout: float) -> None:
         if self._link.wait(max(0.0, timeout), self._wake_r):
@@ -162,7 +168,12 @@ class Publisher:
             if item is _STOP:
                 self._stopping = True
             elif isinstance(item, Event):
-                self._spool.add("event", encoder.event(item, device=self.topics.device))
+                payload = encoder.event(item, device=self.topics.device)
+                if len(payload) <= MAX_EVENT_BYTES:
+                    self._spool.add("event", payload, item.kind)
+                else:
+                    size = f"{len(payload)} bytes, at most {MAX_EVENT_BYTES}"
+                    self._warn("large event", f"telemetry: a {item.kind!r} event dropped ({size})")
             elif isinstance(item, MqttSection):
                 self._apply(item)
 
@@ -210,29 +221,29 @@ class Publisher:
             elif isinstance(fact, Lost):
                 self._cursor = 0
                 self._inflight.clear()
+                self._inbound.lost()
             elif isinstance(fact, Acked):
                 self._acked(fact)
             elif isinstance(fact, Received):
                 self._received(fact.message)
+        self._listen()
         self._link.flush_writes()
 
     def _connected(self) -> None:
         self._cursor = 0
         self._inflight.clear()
         self._send(self.topics.status, b"online", retain=True)
-        self._subscribe()
+        self._inbound.connected()
+        self._listen()
         self._discover(force=True)
 
-    def _subscribe(self) -> None:
+    def _listen(self) -> None:
         client = self._link.client
-        if client is None or not self._link.connected:
-            return
-        if self._commands_on:
-            client.subscribe(self.topics.commands, qos=1)
-        if self.mqtt.homeassistant_discovery:
-            client.subscribe(f"{self.mqtt.homeassistant_prefix}/status", qos=1)
+        if client is not None and self._link.connected:
+            self._inbound.follow(client, self._clock(), self.mqtt)
 
     def _acked(self, fact: Acked) -> None:
+        self._inbound.acked(fact.mid)
         if fact.mid == self._offline_mid:
             self._offline_acked = not fact.reason.is_failure
         ident = self._inflight.pop(fact.mid, None)
@@ -243,22 +254,11 @@ class Publisher:
         self._spool.remove(ident)
 
     def _received(self, message: paho.MQTTMessage) -> None:
-        if message.topic == f"{self.mqtt.homeassistant_prefix}/status":
-            if message.payload == b"online":  # Home Assistant restarted: it asks for configs again
-                self._discover(force=True)
-            return
-        name = self.topics.command_name(message.topic)
-        if name is None or not self._commands_on or self._run_command is None:
-            return
-        v5 = self.mqtt.protocol == "5"
-        topic, reply, properties = commands.respond(
-            message, name, self._run_command, self.topics.reply(name), v5
-        )
-        self._send(topic, reply, properties=properties)
-
-    @property
-    def _commands_on(self) -> bool:
-        return self.mqtt.commands_enabled and self._run_command is not None
+        heard = self._inbound.heard(message, self._clock())
+        if isinstance(heard, inbound.Rediscover):
+            self._discover(force=True)
+        elif heard is not None:
+            self._inbound.sent(self._send(heard.topic, heard.payload, properties=heard.properties))
 
     def _discover(self, force: bool = False) -> None:
         """Keep Home Assistant's retained configs in step with the board (and with the setting)."""
@@ -287,7 +287,7 @@ class Publisher:
         self._spool.resize(mqtt.spool_messages)
         self._properties()
         self._next_tick = min(self._next_tick, self._clock() + mqtt.telemetry_ms / 1000)
-        self._subscribe()  # again, harmlessly, if discovery was already on
+        self._listen()
         self._discover()
         log.info("telemetry settings applied")
 
@@ -313,8 +313,8 @@ class Publisher:
         log.info("telemetry stopped; %d messages left in the spool", len(self._spool))
 
     def _warn(self, key: str, message: str, traceback: bool = False) -> None:
-        """Log a repeating problem once a minute at most."""
-        now = self._clock()
-        if now - self._warned.get(key, -60.0) >= 60.0:
-            self._warned[key] = now
-            log.warning(message, exc_info=traceback)
+        """Log a repeating problem once a minute at most, with how many times it went unsaid."""
+        unsaid = self._warned.say(key, self._clock())
+        if unsaid is not None:
+            more = f" ({unsaid} more since the last such line)" if unsaid else ""
+            log.warning("%s%s", message, more, exc_info=traceback)

@@ -11,8 +11,12 @@ lost. fsync per message would cost a flash write per second per board for no gai
 path, which is the common one.
 
 When full (`capacity` messages, or `MAX_BYTES` of payload: the bound on memory and on the live part
-of the file), the oldest telemetry is dropped first and events only when no telemetry is left:
-events are rare and each one matters, while the next telemetry message supersedes the last. The
+of the file), the oldest telemetry is dropped while telemetry holds at least as much as all events
+together (events are rare and each one matters, while the next telemetry message supersedes the
+last), else the oldest event of the kind that holds the most. So no event source can push out the
+telemetry of an outage or the other kinds of event: a flood of one kind keeps at most half the
+spool, and shares that half with the other kinds (issue 26: failing loads in a loop while the
+broker was away dropped 15 549 messages, every telemetry message of the outage among them). The
 replay of a file left by an earlier run applies the same bound as it streams.
 
 The telemetry `seq` has its own small file next to the spool (`<stem>.seq`: the number and its
@@ -32,9 +36,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
+from mcpd import events
 from mcpd.telemetry import journal as frames
 from mcpd.telemetry import seqfile
-from mcpd.telemetry.journal import KINDS, Journal, Kind, Message, add_frame, done_frame, seq_frame
+from mcpd.telemetry.journal import SHARES, Journal, Kind, Message, add_frame, done_frame, seq_frame
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -58,7 +63,9 @@ class Spool:
         """Messages dropped for room since the daemon started."""
         self._journal = journal
         self._clock = clock
-        self._queues: dict[Kind, OrderedDict[int, Message]] = {k: OrderedDict() for k in KINDS}
+        self._queues: dict[str, OrderedDict[int, Message]] = {s: OrderedDict() for s in SHARES}
+        """Per share (telemetry, each kind of event), oldest first."""
+        self._bytes_of = dict.fromkeys(SHARES, 0)
         self._journaled: set[int] = set()
         self._unjournaled: dict[int, None] = {}
         self._done: list[int] = []
@@ -116,8 +123,7 @@ class Spool:
     def _replay(self, kind: int, body: bytes, seq_copies: list[int]) -> None:
         if kind == frames.ADD:
             message = frames.parse_add(body)
-            self._queues[message.kind][message.id] = message
-            self._bytes += len(message.payload)
+            self._hold(message)
             self._journaled.add(message.id)
             self._next_id = max(self._next_id, message.id + 1)
             self._evict()
@@ -173,14 +179,20 @@ class Spool:
         if self._seq_path is not None:
             seqfile.save(self._seq_path, seq)
 
-    def add(self, kind: Kind, payload: bytes) -> Message:
-        message = Message(self._next_id, kind, payload)
+    def add(self, kind: Kind, payload: bytes, event: str = frames.OTHER) -> Message:
+        """Spool a message; for an event, `event` is its kind (mcpd.events.KINDS)."""
+        known = event if event in events.KINDS else frames.OTHER
+        message = Message(self._next_id, kind, payload, known)
         self._next_id += 1
-        self._queues[kind][message.id] = message
-        self._bytes += len(payload)
+        self._hold(message)
         self._unjournaled[message.id] = None
         self._evict()
         return message
+
+    def _hold(self, message: Message) -> None:
+        self._queues[message.share][message.id] = message
+        self._bytes += len(message.payload)
+        self._bytes_of[message.share] += len(message.payload)
 
     def first_after(self, cursor: int) -> Message | None:
         """The oldest message with an id above `cursor` (the last one handed to the broker)."""
@@ -199,6 +211,7 @@ class Spool:
             message = queue.pop(ident, None)
             if message is not None:
                 self._bytes -= len(message.payload)
+                self._bytes_of[message.share] -= len(message.payload)
                 break
         else:
             return
@@ -213,13 +226,20 @@ class Spool:
 
     def _evict(self) -> None:
         while len(self) > self.capacity or self._bytes > MAX_BYTES:
-            queue = self._queues["telemetry"] or self._queues["event"]
-            ident = next(iter(queue))
+            ident = next(iter(self._queues[self._fullest(self._bytes > MAX_BYTES)]))
             self.remove(ident)
             if self._evicted is None:
                 self.dropped += 1
             else:
                 self._evicted.add(ident)
+
+    def _fullest(self, by_bytes: bool) -> str:
+        """The share whose oldest message goes to make room (see the module's docstring)."""
+        held = self._bytes_of if by_bytes else {s: len(q) for s, q in self._queues.items()}
+        kinds = {share: n for share, n in held.items() if share != "telemetry"}
+        if held["telemetry"] >= sum(kinds.values()):
+            return "telemetry"
+        return max(kinds, key=kinds.__getitem__)
 
     def persist(self, cursor: int) -> None:
         """Journal what waits (ids above `cursor`), record deliveries; fsync and compact when due."""
