@@ -4,6 +4,7 @@ restarts it, keeps its socket, slows a crash loop down and answers status meanwh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -379,3 +380,60 @@ def test_a_configuration_is_sent_again_until_serving_acknowledges_it(tmp_path: P
     finally:
         channel.close()
         serving.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = (Path("/proc") / entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_background_build_dies_with_the_serving_process_that_started_it(tmp_path: Path) -> None:
+    """A serving process killed during an `optimize` build left the build running, reparented
+    to init until it next wrote to its closed pipe (three kills, three builds at once). Now the
+    build is gone before the next serving process answers, and that one removes the build's
+    scratch folder (its half-made output and temporary files)."""
+    import numpy as np
+
+    model = slow_model(tmp_path / "slow.onnx")  # its first inference alone takes seconds
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for index in range(2):
+        np.save(samples / f"s{index}.npy", np.ones((1024, 1024), np.float32))
+    sock, state = tmp_path / "mcpd.sock", tmp_path / "state"
+    daemon = RunningDaemon(
+        tmp_path,
+        f'[daemon]\nsocket = "{sock}"\nstate_dir = "{state}"\n'
+        f'[[models]]\nname = "slow"\npath = "{model}"\noptimize = "fp32"\n'
+        f'calibration = "{samples}"\n'
+        '[models.onnxruntime]\ngraph_optimization_level = "disable"\n',  # quick to load
+    )
+    builds: list[int] = []
+    try:
+        daemon.wait_for(lambda: ready(sock, "slow"), 60)
+        child = serving_pid(sock)
+        daemon.wait_for(lambda: bool(builds.extend(_children(child)) or builds), 60)
+        os.kill(child, signal.SIGKILL)
+        left = list((state / "optimized").glob(f".*.{child}.tmp"))
+        new_child(daemon, sock, child, "slow")
+        assert not [pid for pid in builds if _running(pid)]
+        assert len(left) == 1 and not left[0].exists()
+    finally:
+        for pid in builds:  # a build the fix did not stop must not run on for minutes
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        daemon.close()

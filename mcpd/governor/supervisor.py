@@ -9,7 +9,9 @@ The governor:
   and `[metrics] listen`) and hands them to each child, so no client is ever refused: while
   serving restarts, connections (and Prometheus' scrapes) wait in the backlog;
 - starts the child with normal scheduling (the governor itself may run real-time, mcpd.governor.realtime),
-  which then lowers its own priority further;
+  which then lowers its own priority further, in a session and process group of its own: what it
+  starts (the background optimizer, `mcpd optimize`) is killed with it when it exits, so a build
+  never outlives the serving process that wanted it;
 - restarts it whenever it exits, for any reason: at once if it had served STABLE_S, else after a
   delay that doubles with each quick exit (BACKOFF_FIRST_S .. BACKOFF_MAX_S). Each exit is logged
   and published as an event; while a crash loop waits, the stand-in (mcpd.governor.standin) answers status
@@ -317,6 +319,7 @@ class ServingSupervisor:
                     for fd, target in zip(high, targets, strict=True)
                 ],
                 setsigmask=(),
+                setsid=True,
                 scheduler=(os.SCHED_OTHER, os.sched_param(0)),
             )
         except OSError as exc:
@@ -451,6 +454,8 @@ class ServingSupervisor:
 
     def _exited(self, reason: str, lived_s: float) -> None:
         pid, self.pid = self.pid, None
+        if pid is not None:
+            _kill_group(pid)
         self._configured, self._unacknowledged, self._sent_at = False, None, None
         if self._channel is not None:
             self._channel.close()
@@ -521,8 +526,17 @@ class ServingSupervisor:
                 os.kill(self.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
+            _kill_group(self.pid)
             self.pid = None
         self.state = "stopped"
+
+
+def _kill_group(pid: int) -> None:
+    """Kill what an exited serving process left in its process group (a build it had started,
+    which was reparented to init and ran on: three kills, three builds at once). Its pid stays
+    the group's id, never reused, while any member lives."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _model_stats(models: object) -> dict[str, ModelStats]:

@@ -3,6 +3,11 @@ lowest CPU priority (`nice -n 19`), never in the daemon's, and its result is cac
 directory by the model's content hash, the options and the toolchain's versions, so a restart or a
 reload reuses it at once.
 
+A build works in a scratch folder of the cache named after the serving process (`.KEY.PID.tmp`:
+its output, and its own temporary files through TMPDIR). It dies with that process (the governor
+kills the serving process's group when it exits, mcpd.governor.supervisor), and the next serving
+process removes the scratch folders of builders that are gone.
+
 Standard library only: the daemon imports this module, and the optimizer's own imports (onnx,
 onnxruntime.quantization) stay in the child process.
 """
@@ -14,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -26,6 +32,8 @@ from mcpd.config import ModelSection
 log = logging.getLogger("mcpd.optimize")
 
 RESULT = "result.json"
+_SCRATCH = re.compile(r"\.[0-9a-f]+\.(\d+)\.tmp")
+"""A build's scratch folder, named after the serving process that started it."""
 
 
 class BuildError(Exception):
@@ -91,6 +99,19 @@ class Optimizer:
     def __init__(self, state_dir: str | Path) -> None:
         self.root = Path(state_dir) / "optimized"
 
+    def remove_stale(self) -> None:
+        """Remove the scratch folders of builds whose serving process is gone (killed mid-build:
+        a half-written model and the optimizer's temporary files, copies of the model)."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return
+        for name in names:
+            match = _SCRATCH.fullmatch(name)
+            if match is not None and not _alive(int(match[1])):
+                log.info("removing %s, left by a build that was stopped", self.root / name)
+                _remove(self.root / name)
+
     def command(self, model: ModelSection, out: Path) -> list[str]:
         nice = [shutil.which("nice") or "nice", "-n", "19"]
         return [
@@ -125,19 +146,21 @@ class Optimizer:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("optimized cache %s unreadable (%s); rebuilding", entry, exc)
                 shutil.rmtree(entry, ignore_errors=True)
-        self.root.mkdir(parents=True, exist_ok=True)
         scratch = self.root / f".{key}.{os.getpid()}.tmp"
         shutil.rmtree(scratch, ignore_errors=True)
+        out = scratch / "out"
+        (scratch / "tmp").mkdir(parents=True)
         try:
             process = await asyncio.create_subprocess_exec(
-                *self.command(model, scratch),
+                *self.command(model, out),
                 cwd=self.root,  # not the daemon's folder (onnxruntime's tools may write there)
+                env={**os.environ, "TMPDIR": str(scratch / "tmp")},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )
             try:
-                out, err = await process.communicate()
+                stdout, err = await process.communicate()
             except asyncio.CancelledError:  # the daemon stops or the model changed
                 process.kill()
                 await process.wait()
@@ -145,8 +168,8 @@ class Optimizer:
             if process.returncode != 0:
                 lines = err.decode(errors="replace").strip().splitlines()
                 raise BuildError(lines[-1] if lines else f"exit status {process.returncode}")
-            (scratch / RESULT).write_bytes(out)
-            os.replace(scratch, entry)  # the cache entry appears whole or not at all
+            (out / RESULT).write_bytes(stdout)
+            os.replace(out, entry)  # the cache entry appears whole or not at all
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         built = _read(entry)
@@ -158,3 +181,21 @@ class Optimizer:
             built.top1_agreement,
             cached=False,
         )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder and what is in it, or a file or a link in its place (never followed)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

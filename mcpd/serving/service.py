@@ -56,11 +56,9 @@ class InferenceService:
         self.config = config
         self.status = status
         self.gpu_check: asyncio.Task[None] | None = None
+        self.optimizer = Optimizer(config.daemon.state_dir)
         self.repository = Repository(
-            batch_size,
-            events,
-            config.daemon.max_request_bytes,
-            Optimizer(config.daemon.state_dir),
+            batch_size, events, config.daemon.max_request_bytes, self.optimizer
         )
         self.shm = SharedMemory(shm_root)
         self.endpoints = Endpoints(self.repository, self.shm, status, config.daemon)
@@ -105,6 +103,7 @@ class InferenceService:
             where += f" and {self.config.serving.http}"
         log.info("serving the Open Inference Protocol on %s", where)
         self.gpu_check = asyncio.create_task(self._warn_if_gpu_unused())
+        await asyncio.to_thread(self.optimizer.remove_stale)
         await self.repository.apply(self.config.models)
 
     def _serve(
