@@ -57,8 +57,11 @@ it is refused with EMSGSIZE; net.core.wmem_default is 208 KiB, a configuration o
 205 KB, and a board may set it lower)."""
 MESSAGE_BYTES = 64 * 2**20
 """The largest message at all, in a memfd: above what any configuration that loads expands to
-(a 1 MiB config file of empty governor profiles, the largest expansion found, is 24 MB of JSON),
-and a bound on what either process reads from the other."""
+(a 1 MiB config file of empty governor profiles, the largest expansion found, is 24 MB of JSON)."""
+FROM_SERVING_BYTES = 4 * 2**20
+"""The largest message the governor reads: the statistics of 256 models are a few hundred KB (their
+paths, bounded by the 1 MiB config file, are most of it), and a serving process taken over by a
+client must not make the governor hold 64 MB."""
 _IN_MEMFD = b"\0"
 """The datagram that carries a memfd holding the message."""
 _SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
@@ -166,16 +169,18 @@ class Channel:
     socket's buffer now is not sent (send returns False and counts it; the governor must never
     wait on serving, and resends a configuration until it is taken)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, limit: int = MESSAGE_BYTES) -> None:
         sock.setblocking(False)
         self.sock = sock
+        self.limit = limit
+        """The largest message taken from the other side."""
         self.dropped = 0
 
     @staticmethod
     def pair() -> tuple[Channel, socket.socket]:
         """The governor's end, and the serving end to hand to the child."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        return Channel(ours), theirs
+        return Channel(ours, FROM_SERVING_BYTES), theirs
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -223,7 +228,7 @@ class Channel:
                 return None
             try:
                 if data == _IN_MEMFD and len(fds) == 1 and not flags & socket.MSG_CTRUNC:
-                    data = _read_sealed(fds[0])
+                    data = _read_sealed(fds[0], self.limit)
                 elif fds or flags & socket.MSG_TRUNC:
                     continue  # never from our own peer; ignore rather than die
                 message = json.loads(data)
@@ -272,12 +277,12 @@ def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def _read_sealed(fd: int) -> bytes:
+def _read_sealed(fd: int, limit: int) -> bytes:
     """The message in a memfd the other process passed; refused (ValueError) unless it is a
-    sealed memfd of at most MESSAGE_BYTES, which no one can change or make block while it is
-    read (a file on a hung FUSE mount would block the governor)."""
+    sealed memfd of at most `limit` bytes, which no one can change or make block while it is read
+    (a file on a hung FUSE mount would block the governor)."""
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MESSAGE_BYTES:
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         raise ValueError("not a message")
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)

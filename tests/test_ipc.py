@@ -76,12 +76,13 @@ def test_sending_never_blocks_the_governor_on_a_serving_process_that_does_not_re
     assert received is not None and len(received) == sent.count(True)
 
 
-@pytest.mark.parametrize("passed", ["a pipe", "an unsealed memfd", "two memfds"])
+@pytest.mark.parametrize("passed", ["a pipe", "an unsealed memfd", "two memfds", "a huge memfd"])
 def test_a_descriptor_that_is_not_one_sealed_memfd_is_refused_and_closed(
     ends: tuple[ipc.Channel, ipc.Channel], passed: str
 ) -> None:
     """What a serving process taken over by a client could pass the governor: a pipe (or a file
-    on a hung FUSE mount) would block its read, a memfd left writable could change under it."""
+    on a hung FUSE mount) would block its read, a memfd left writable could change under it, and
+    one of 64 MB would be more than the governor's whole memory budget."""
     governor, serving = ends
     before = len(os.listdir("/proc/self/fd"))
     if passed == "a pipe":
@@ -92,7 +93,9 @@ def test_a_descriptor_that_is_not_one_sealed_memfd_is_refused_and_closed(
         fds = [os.memfd_create("m", os.MFD_ALLOW_SEALING) for _ in range(2)]
         for fd in fds:
             os.write(fd, b'{"kind": "ready"}')
-            if passed == "two memfds":
+            if passed == "a huge memfd":  # over what the governor reads
+                os.write(fd, b" " * ipc.FROM_SERVING_BYTES)
+            if passed in ("two memfds", "a huge memfd"):
                 fcntl.fcntl(
                     fd,
                     fcntl.F_ADD_SEALS,
