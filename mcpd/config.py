@@ -30,6 +30,9 @@ MAX_FILE_BYTES = 2**20
 """Far above any real config (the example is 8 KiB); a larger file is a mistake, not a config."""
 MAX_NESTING = 16
 """Deeper than any key path of the config (models[0].rknn.inputs[0].shape[0] is 6 levels)."""
+MAX_MODELS = 256
+"""Models served at most: each has a slot for its batch size in the block the governor shares with
+the serving process (mcpd.ipc.SLOTS), kept for the governor's lifetime."""
 
 
 class ConfigError(Exception):
@@ -372,6 +375,12 @@ class Config:
     metrics: MetricsSection = MetricsSection()
 
     def __post_init__(self) -> None:
+        if len(self.models) > MAX_MODELS:
+            raise ValueError(
+                f"{len(self.models)} [[models]] tables: at most {MAX_MODELS} are served "
+                f"(each takes one of the {MAX_MODELS} batch-size slots the governor shares with "
+                "the serving process)"
+            )
         names = [model.name for model in self.models]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:

@@ -116,6 +116,9 @@ class ServingDoc(TypedDict):
     """stopped, starting, ready or restarting."""
     restarts: int
     last_exit: ExitDoc | None
+    config_error: str | None
+    """Why the serving process does not have the newest configuration (it could not be sent, or
+    serving refused it); None when it does."""
 
 
 class LoopDoc(TypedDict):

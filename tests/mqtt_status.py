@@ -70,5 +70,6 @@ class FakeBoard:
             "state": "ready",
             "restarts": 0,
             "last_exit": None,
+            "config_error": None,
         }
         return status.document(snapshot, models, daemon, loop, serving)

@@ -61,7 +61,13 @@ def status_document() -> StatusDocument:
             "version": "0.1.0",
             "scheduling": "normal",
         },
-        "serving": {"pid": 4242, "state": "ready", "restarts": 0, "last_exit": None},
+        "serving": {
+            "pid": 4242,
+            "state": "ready",
+            "restarts": 0,
+            "last_exit": None,
+            "config_error": None,
+        },
         "loop": {"sample_lateness": None, "sample_to_write": None},
     }
 

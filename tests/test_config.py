@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import config, schema
+from mcpd import config, ipc, schema
 from tests.conftest import PROJECT
 
 EXAMPLE = PROJECT / "examples/mcpd.toml"
@@ -175,6 +175,30 @@ def test_duplicate_model_names(tmp_path: Path) -> None:
         tmp_path, '[[models]]\nname = "a"\npath = "x"\n[[models]]\nname = "a"\npath = "y"\n'
     )
     assert problem == "(top level): model names must be unique; repeated: a"
+
+
+def test_more_models_than_the_shared_slots_are_refused_naming_the_limit(tmp_path: Path) -> None:
+    """Each model has one of the serving channel's batch-size slots (mcpd.ipc.SLOTS): 450 models
+    used to start, and serving never got its configuration. `mcpd check-config` and a reload
+    (both config.load) now refuse it, naming the limit; 256 load."""
+    table = '[[models]]\nname = "m{}"\npath = "m.onnx"\n'
+    (tmp_path / "m.onnx").write_bytes(b"")  # check-config looks at the files too
+    path = write(tmp_path, "".join(table.format(i) for i in range(450)))
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpd", "check-config", str(path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"{path}: (top level): 450 [[models]] tables: at most 256 are served (each takes one of "
+        "the 256 batch-size slots the governor shares with the serving process)\n"
+    )
+    assert config.MAX_MODELS == ipc.SLOTS == 256
+    most = config.load(write(tmp_path, "".join(table.format(i) for i in range(256))))
+    assert len(most.models) == 256
 
 
 def test_model_paths_are_relative_to_the_file(tmp_path: Path) -> None:

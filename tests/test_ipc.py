@@ -3,6 +3,8 @@ the socket pair, each end as the other process sees it."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import socket
 import struct
@@ -38,7 +40,24 @@ def test_messages_keep_their_boundaries_and_order_and_a_closed_peer_is_none(
     assert governor.receive() is None
 
 
-def test_a_message_too_big_is_refused_naming_its_kind(
+def test_a_message_larger_than_a_datagram_crosses_whole_in_a_sealed_memfd(
+    ends: tuple[ipc.Channel, ipc.Channel],
+) -> None:
+    """A configuration of a few hundred models is more than one datagram holds: sent as one, it
+    was refused (EMSGSIZE above the socket's buffer, 208 KiB by default) and silently lost."""
+    governor, serving = ends
+    before = len(os.listdir("/proc/self/fd"))
+    config = {"models": [{"name": f"m{i}", "path": "/models/" + "d/" * 500} for i in range(450)]}
+    message = {"kind": "config", "generation": 1, "config": config, "slots": {}}
+    assert len(json.dumps(message)) > 2 * socket.socket.getsockopt(
+        governor.sock, socket.SOL_SOCKET, socket.SO_SNDBUF
+    )
+    assert governor.send(message) and governor.send({"kind": "ready"})
+    assert serving.receive() == [message, {"kind": "ready"}]
+    assert len(os.listdir("/proc/self/fd")) == before  # no memfd left open on either side
+
+
+def test_a_message_too_big_even_for_a_memfd_is_refused_naming_its_kind(
     ends: tuple[ipc.Channel, ipc.Channel],
 ) -> None:
     governor, _ = ends
@@ -50,11 +69,44 @@ def test_sending_never_blocks_the_governor_on_a_serving_process_that_does_not_re
     ends: tuple[ipc.Channel, ipc.Channel],
 ) -> None:
     governor, serving = ends
-    message = {"kind": "config", "config": "x" * 60_000}
+    message = {"kind": "config", "config": "x" * (ipc.INLINE_BYTES - 100)}
     sent = [governor.send(message) for _ in range(200)]
     assert not all(sent) and governor.dropped == sent.count(False)
     received = serving.receive()
     assert received is not None and len(received) == sent.count(True)
+
+
+@pytest.mark.parametrize("passed", ["a pipe", "an unsealed memfd", "two memfds", "a huge memfd"])
+def test_a_descriptor_that_is_not_one_sealed_memfd_is_refused_and_closed(
+    ends: tuple[ipc.Channel, ipc.Channel], passed: str
+) -> None:
+    """What a serving process taken over by a client could pass the governor: a pipe (or a file
+    on a hung FUSE mount) would block its read, a memfd left writable could change under it, and
+    one of 64 MB would be more than the governor's whole memory budget."""
+    governor, serving = ends
+    before = len(os.listdir("/proc/self/fd"))
+    if passed == "a pipe":
+        read, write = os.pipe()
+        os.write(write, b'{"kind": "ready"}')
+        fds = [read, write]
+    else:
+        fds = [os.memfd_create("m", os.MFD_ALLOW_SEALING) for _ in range(2)]
+        for fd in fds:
+            os.write(fd, b'{"kind": "ready"}')
+            if passed == "a huge memfd":  # over what the governor reads
+                os.write(fd, b" " * ipc.FROM_SERVING_BYTES)
+            if passed in ("two memfds", "a huge memfd"):
+                fcntl.fcntl(
+                    fd,
+                    fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK,
+                )
+    socket.send_fds(serving.sock, [b"\0"], fds if passed == "two memfds" else fds[:1])
+    for fd in fds:
+        os.close(fd)
+    serving.sock.send(b'{"kind": "stats", "models": {}}')
+    assert governor.receive() == [{"kind": "stats", "models": {}}]
+    assert len(os.listdir("/proc/self/fd")) == before  # nothing passed is kept open
 
 
 def test_a_datagram_that_is_not_a_message_is_skipped(

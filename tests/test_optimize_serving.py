@@ -5,7 +5,11 @@ real onnxruntime sessions, the real optimizer process."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import hashlib
+import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +23,7 @@ from mcpd import status
 from mcpd.config import ModelSection
 from mcpd.ctl import main as ctl_main
 from mcpd.events import Event
-from mcpd.optimize.background import Optimizer, cache_key
+from mcpd.optimize.background import BuildError, Optimizer, cache_key
 from mcpd.schema import build
 from mcpd.snapshot import Snapshot
 from tests import optimize_models as models
@@ -185,3 +189,123 @@ def test_config_needs_calibration_and_resolves_it_beside_the_file(tmp_path: Path
     )
     (model,) = mcpd_config.load(path).models
     assert model.calibration == str(tmp_path / "samples") and model.min_cosine == 0.98
+
+
+def test_a_damaged_cache_entry_is_rebuilt_once_and_unused_entries_are_pruned(
+    setup: dict[str, object],
+    served_factory: Callable[[dict[str, object]], Served],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An emptied cached model was taken as it was: "reload failed" at every restart, never built
+    again. Now it is checked against the size and sha256 in result.json, removed and built again;
+    a rebuild that fails too is said once (the original serves on), and the next start builds it
+    whole. Entries no configured model uses, and scratch folders of builds that are gone, are
+    removed at start."""
+    first = served_factory(setup)
+    _wait(lambda: _optimized_event(first.events) is not None or bool(_failed_event(first.events)))
+    first.close()
+    cache = tmp_path / "state" / "optimized"
+    (entry,) = cache.iterdir()
+    model = entry / "cnn.fp32.onnx"
+    model.write_bytes(b"")
+    unused, stale = cache / ("0" * 32), cache / ".0123.4194305.tmp"  # a pid above pid_max
+    for folder in (unused, stale):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"x")
+
+    with monkeypatch.context() as patch:  # the rebuild fails too
+        patch.setattr(Optimizer, "command", lambda self, model, out: ["false"])
+        again = served_factory(setup)
+        states = ("failed", "optimize-failed")
+        _wait(lambda: any(e.data.get("state") in states for e in again.events))
+        assert [e.data.get("state") for e in again.events if e.data.get("model")] == [
+            "ready",
+            "optimize-failed",
+        ]  # no "reload failed" of an empty file
+        damaged = [r.message for r in caplog.records if "is damaged" in r.message]
+        assert len(damaged) == 1 and "cnn.fp32.onnx has 0 bytes, result.json says" in damaged[0]
+        _wait(lambda: not unused.exists() and not stale.exists())
+        assert not entry.exists() and "optimized" not in again.service.stats()["cnn"].detail
+        again.close()
+
+    rebuilt = served_factory(setup)
+    _wait(
+        lambda: _optimized_event(rebuilt.events) is not None or bool(_failed_event(rebuilt.events))
+    )
+    assert _failed_event(rebuilt.events) is None
+    result = json.loads((entry / "result.json").read_text())
+    assert result["bytes"] == model.stat().st_size > 0
+    assert result["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+
+
+def _entry(tmp_path: Path, model: ModelSection, data: bytes = b"abc") -> Path:
+    """A cache entry as a build writes it, for `model`, holding `data` as the optimized model."""
+    entry = tmp_path / "state" / "optimized" / cache_key(model)
+    entry.mkdir(parents=True)
+    (entry / "m.onnx").write_bytes(data)
+    result = {
+        "output": "/elsewhere/m.onnx",
+        "precision": "fp32",
+        "speedup": None,
+        "accuracy": {"cosine_min": 1.0, "top1_agreement": None},
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    (entry / "result.json").write_text(json.dumps(result))
+    return entry
+
+
+DAMAGE: dict[str, tuple[Callable[[Path], object], str]] = {
+    "an entry from before the checks": (
+        lambda e: (e / "result.json").write_text(
+            json.dumps(
+                {
+                    k: v
+                    for k, v in json.loads((e / "result.json").read_text()).items()
+                    if k != "sha256"
+                }
+            )
+        ),
+        "result.json has no 'sha256'",
+    ),
+    "a result.json cut short": (
+        lambda e: (e / "result.json").write_text('{"output": "m.on'),
+        "not JSON",
+    ),
+    "a result.json nested 100 000 deep": (
+        lambda e: (e / "result.json").write_text("[" * 100_000),
+        "nested deeper than",
+    ),
+    "a model changed in place": (
+        lambda e: (e / "m.onnx").write_bytes(b"abd"),
+        "m.onnx is not the file built (its sha256 differs)",
+    ),
+    "a model replaced by a link": (
+        lambda e: ((e / "m.onnx").unlink(), (e / "m.onnx").symlink_to("/etc/passwd")),
+        "Too many levels of symbolic links",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_cache_entry_is_checked_before_use_and_a_damaged_one_is_removed(
+    setup: dict[str, object],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    damage: str,
+) -> None:
+    model = build(ModelSection, setup)
+    optimizer = Optimizer(tmp_path / "state")
+    entry = _entry(tmp_path, model)
+    built = asyncio.run(optimizer.build(model))
+    assert built.cached and built.path == entry / "m.onnx" and built.precision == "fp32"
+    spoil, problem = DAMAGE[damage]
+    spoil(entry)
+    monkeypatch.setattr(Optimizer, "command", lambda self, model, out: ["false"])
+    with pytest.raises(BuildError, match="exit status 1"):
+        asyncio.run(optimizer.build(model))
+    (said,) = [r.message for r in caplog.records if "is damaged" in r.message]
+    assert problem in said and not os.path.lexists(entry)

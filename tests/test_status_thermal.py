@@ -44,7 +44,7 @@ OTHER_PARTS: tuple[status.DaemonDoc, status.LoopDoc, status.ServingDoc] = (
         "scheduling": "normal",
     },
     {"sample_lateness": None, "sample_to_write": None},
-    {"pid": None, "state": "starting", "restarts": 0, "last_exit": None},
+    {"pid": None, "state": "starting", "restarts": 0, "last_exit": None, "config_error": None},
 )
 
 

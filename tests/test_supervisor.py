@@ -3,9 +3,13 @@ restarts it, keeps its socket, slows a crash loop down and answers status meanwh
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,8 +21,12 @@ from typing import Any
 
 import pytest
 
+from mcpd import ipc
 from mcpd.client import Client
+from mcpd.config import Config, parse
 from mcpd.demo import MODEL
+from mcpd.events import EventBus
+from mcpd.governor.supervisor import RESEND_S, ServingSupervisor
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
@@ -277,3 +285,156 @@ sys.exit(main(["run", "--config", {str(tmp_path / "mcpd.toml")!r}]))
     finally:
         sim.terminate()
         sim.wait(10)
+
+
+def test_a_configuration_larger_than_a_datagram_reaches_serving_whole(tmp_path: Path) -> None:
+    """250 models with 1 000-character paths: about 400 KB of configuration, more than one
+    datagram of the socket pair holds (it was dropped, and serving waited for it 30 s, exited,
+    and was started again, answering nothing). It crosses whole: the last model is known to
+    serving, and the governor has its acknowledgement."""
+    sock = tmp_path / "mcpd.sock"
+    missing = "/nonexistent/" + "d/" * 490
+    config = f'[daemon]\nsocket = "{sock}"\nstate_dir = "{tmp_path / "state"}"\n'
+    config += f'[[models]]\nname = "demo"\npath = "{MODEL}"\n'
+    config += "".join(
+        f'[[models]]\nname = "m{i}"\npath = "{missing}m{i}.onnx"\n' for i in range(249)
+    )
+    daemon = RunningDaemon(tmp_path, config)
+    try:
+        daemon.wait_for(lambda: ready(sock, "demo"), 60)
+        doc = status(sock)
+        assert "m248" in doc["inference"]
+        assert doc["serving"]["config_error"] is None
+        assert doc["inference"]["m248"]["ready"] is False
+    finally:
+        daemon.close()
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[Callable[[Config], ServingSupervisor]]:
+    """The governor's side in this process, with a real serving process."""
+    started: list[ServingSupervisor] = []
+
+    def start(config: Config) -> ServingSupervisor:
+        running = ServingSupervisor(config, lambda: {"serving": running.info()}, dict, EventBus())  # type: ignore[typeddict-item]
+        asyncio.run(running.start())
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        asyncio.run(running.stop())
+
+
+@pytest.mark.parametrize("failure", ["too big to send", "refused by serving"])
+def test_a_configuration_serving_cannot_take_is_said_and_the_socket_still_answers(
+    supervisor: Callable[[Config], ServingSupervisor],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: str,
+) -> None:
+    """The serving process is stopped at once rather than left waiting 30 s for a configuration
+    (answering nothing, then started again at once as if it had served): the crash-loop delay
+    follows, and meanwhile the stand-in answers liveness and a status that says why."""
+    sock = tmp_path / "mcpd.sock"
+    config = parse({"daemon": {"socket": str(sock), "state_dir": str(tmp_path / "state")}})
+    if failure == "too big to send":
+        monkeypatch.setattr(ipc, "MESSAGE_BYTES", 1000)
+        expected = r"configuration \d+ not sent: a config message of \d+ bytes is too big"
+    else:  # what the governor's checks let through and serving's refuse (another version)
+        daemon = dataclasses.replace(config.daemon, max_connections=0)
+        config = dataclasses.replace(config, daemon=daemon)
+        expected = r"the serving process refused configuration \d+: <from the governor>: " \
+                   r"daemon.max_connections: expected greater than or equal to 1, got 0"  # fmt: skip
+    running = supervisor(config)
+    with Client(str(sock), timeout=20) as client:
+        assert client.live()
+    with Client(str(sock), timeout=20) as client:
+        serving = client.status()["serving"]
+    assert serving["state"] == "restarting" and re.match(expected, serving["config_error"])
+    assert running.restarts >= 2
+
+
+def test_a_configuration_is_sent_again_until_serving_acknowledges_it(tmp_path: Path) -> None:
+    """Taken by the channel is not yet taken by serving (a memfd it had no descriptor for is
+    dropped by the kernel): the configuration goes again every RESEND_S until acknowledged."""
+    now = [100.0]
+    running = ServingSupervisor(parse({}), dict, dict, EventBus(), clock=lambda: now[0])  # type: ignore[arg-type]
+    channel, theirs = ipc.Channel.pair()
+    serving = ipc.Channel(theirs)
+    running._channel = channel
+    try:
+        running._send_config()
+        (first,) = serving.receive() or [None]
+        assert first is not None and first["kind"] == "config" and first["generation"] == 1
+        now[0] += RESEND_S - 0.1
+        running._deliver_config(now[0])
+        assert serving.receive() == []
+        now[0] += 0.1
+        running._deliver_config(now[0])
+        assert serving.receive() == [first]
+        serving.send({"kind": "configured", "generation": 1, "error": None})
+        running._take_messages()
+        now[0] += RESEND_S
+        running._deliver_config(now[0])
+        assert serving.receive() == [] and running.config_error is None
+    finally:
+        channel.close()
+        serving.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = (Path("/proc") / entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_background_build_dies_with_the_serving_process_that_started_it(tmp_path: Path) -> None:
+    """A serving process killed during an `optimize` build left the build running, reparented
+    to init until it next wrote to its closed pipe (three kills, three builds at once). Now the
+    build is gone before the next serving process answers, and that one removes the build's
+    scratch folder (its half-made output and temporary files)."""
+    import numpy as np
+
+    model = slow_model(tmp_path / "slow.onnx")  # its first inference alone takes seconds
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for index in range(2):
+        np.save(samples / f"s{index}.npy", np.ones((1024, 1024), np.float32))
+    sock, state = tmp_path / "mcpd.sock", tmp_path / "state"
+    daemon = RunningDaemon(
+        tmp_path,
+        f'[daemon]\nsocket = "{sock}"\nstate_dir = "{state}"\n'
+        f'[[models]]\nname = "slow"\npath = "{model}"\noptimize = "fp32"\n'
+        f'calibration = "{samples}"\n'
+        '[models.onnxruntime]\ngraph_optimization_level = "disable"\n',  # quick to load
+    )
+    builds: list[int] = []
+    try:
+        daemon.wait_for(lambda: ready(sock, "slow"), 60)
+        child = serving_pid(sock)
+        daemon.wait_for(lambda: bool(builds.extend(_children(child)) or builds), 60)
+        os.kill(child, signal.SIGKILL)
+        left = list((state / "optimized").glob(f".*.{child}.tmp"))
+        new_child(daemon, sock, child, "slow")
+        assert not [pid for pid in builds if _running(pid)]
+        assert len(left) == 1 and not left[0].exists()
+    finally:
+        for pid in builds:  # a build the fix did not stop must not run on for minutes
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        daemon.close()

@@ -26,6 +26,9 @@ from mcpd.status import StatusDocument
 HEAD_BYTES = 8192
 HEAD_S = 2.0
 MAX_CONNECTIONS = 64
+STATUS_CACHE_S = 0.2
+"""How long one status document answers every status request: a flood of them during a crash loop
+had the governor build it for each, at its real-time priority (78 % of a core)."""
 
 
 class StandIn:
@@ -55,6 +58,8 @@ class StandIn:
         self._answered: set[int] = set()
         self._scrapes: set[int] = set()
         """Connections to the metrics port."""
+        self._status_body = b""
+        self._status_until = float("-inf")
 
     def fds(self) -> list[int]:
         return [*self.listeners, *self._connections]
@@ -132,12 +137,19 @@ class StandIn:
                 "",
             )
         if not scrape and method == b"GET" and path == b"/v2/mcpd/status":
-            return "200 OK", json.dumps(self.status()).encode(), ""
+            return "200 OK", self._status(), ""
         if not scrape and method == b"GET" and path == b"/v2/health/live":
             return "200 OK", b"", ""
         retry = f"Retry-After: {max(1, round(retry_s))}\r\n"
         message = f"serving is restarting: {why}; retry in {retry_s:.0f} s"
         return "503 Service Unavailable", json.dumps({"error": message}).encode(), retry
+
+    def _status(self) -> bytes:
+        now = self.clock()
+        if now >= self._status_until:
+            self._status_body = json.dumps(self.status()).encode()
+            self._status_until = now + STATUS_CACHE_S
+        return self._status_body
 
     def _drop(self, fd: int) -> None:
         connection, _, _ = self._connections.pop(fd)

@@ -9,13 +9,20 @@ The governor:
   and `[metrics] listen`) and hands them to each child, so no client is ever refused: while
   serving restarts, connections (and Prometheus' scrapes) wait in the backlog;
 - starts the child with normal scheduling (the governor itself may run real-time, mcpd.governor.realtime),
-  which then lowers its own priority further;
+  which then lowers its own priority further, in a session and process group of its own: what it
+  starts (the background optimizer, `mcpd optimize`) is killed with it when it exits, so a build
+  never outlives the serving process that wanted it;
 - restarts it whenever it exits, for any reason: at once if it had served STABLE_S, else after a
   delay that doubles with each quick exit (BACKOFF_FIRST_S .. BACKOFF_MAX_S). Each exit is logged
   and published as an event; while a crash loop waits, the stand-in (mcpd.governor.standin) answers status
   and tells everyone else when to retry;
 - talks to it through mcpd.ipc: batch sizes and its status document in shared memory, the
-  configuration, events and model statistics over a socket pair.
+  configuration, events and model statistics over a socket pair. A configuration is never
+  dropped: it is sent again until the serving process acknowledges it (a full channel, a memfd
+  it had no descriptor for); one that cannot be sent at all, or that serving refuses, is logged
+  and shown in the status (`serving.config_error`), and a serving process left without any is
+  stopped at once, so that the crash-loop delay and the stand-in follow rather than a silent
+  socket.
 
 A request in flight when the child dies has its connection closed by the kernel at once (no hang);
 mcpd.client repeats it once on a fresh connection, which the next child answers.
@@ -43,7 +50,7 @@ from collections.abc import Callable, Mapping
 from mcpd.config import Config, tcp_listeners
 from mcpd.events import Event, EventBus
 from mcpd.governor.standin import StandIn
-from mcpd.ipc import SLOTS, Channel, SharedBlock
+from mcpd.ipc import SLOTS, Channel, IpcError, SharedBlock
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.snapshot import ModelStats
 from mcpd.status import ExitDoc, ServingDoc, StatusDocument
@@ -58,8 +65,13 @@ action (an event wakes the supervisor): the serving process answers status from 
 STABLE_S = 10.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
+RESEND_S = 5.0
+"""How long a configuration the channel took waits for its acknowledgement before it is sent
+again (serving answers at once: its event loop parses it on arrival)."""
 STOP_S = 15.0
 """How long a stopping child may finish the requests it has taken before it is killed."""
+ERROR_CHARS = 2000
+"""Of a refusal the serving process sends, kept for the log and the status."""
 CHILD_FDS = (3, 4, 5)
 """Where the child finds the listening socket, its end of the socket pair and the shared block."""
 TCP_FDS = {"http": 6, "metrics": 7}
@@ -105,10 +117,20 @@ class ServingSupervisor:
         self.pid: int | None = None
         self.restarts = 0
         self.last_exit: ExitDoc | None = None
+        self.config_error: str | None = None
+        """Why the serving process does not have the newest configuration, when it does not."""
         self.state = "stopped"
         """starting, ready, restarting (waiting out a crash-loop delay) or stopped."""
         self._stats: dict[str, ModelStats] = {}
         self._slots: dict[str, int] = {}
+        self._generation = 0
+        """Configurations sent so far: each carries its number, and the acknowledgement names it."""
+        self._unacknowledged: dict[str, object] | None = None
+        """The newest configuration, until the serving process acknowledges it."""
+        self._sent_at: float | None = None
+        """When the channel took it; None while it has not."""
+        self._configured = False
+        """The serving process has taken a configuration (it has none until then)."""
         self._listener: Listener | None = None
         self._tcp: dict[str, socket.socket] = {}
         """The TCP listeners by role (mcpd.config.tcp_listeners)."""
@@ -198,6 +220,7 @@ class ServingSupervisor:
             "state": self.state,
             "restarts": self.restarts,
             "last_exit": self.last_exit,
+            "config_error": self.config_error,
         }
 
     def _wake(self) -> None:
@@ -226,6 +249,7 @@ class ServingSupervisor:
             self.config = config
             self._assign_slots(config)
             self._send_config()
+        self._deliver_config(now)
         self._publish(now)
         self._wait(self._timeout(now))
         self._reap()
@@ -241,6 +265,8 @@ class ServingSupervisor:
             due.append(now + TICK_S)
         if self._standin is not None:
             due.append(now + StandIn.TICK_S)
+        if self._sent_at is not None:
+            due.append(self._sent_at + RESEND_S)
         return max(0.0, min(due) - now)
 
     def _wait(self, timeout: float) -> None:
@@ -293,6 +319,7 @@ class ServingSupervisor:
                     for fd, target in zip(high, targets, strict=True)
                 ],
                 setsigmask=(),
+                setsid=True,
                 scheduler=(os.SCHED_OTHER, os.sched_param(0)),
             )
         except OSError as exc:
@@ -311,14 +338,57 @@ class ServingSupervisor:
         log.info("serving process %d started", self.pid)
 
     def _send_config(self) -> None:
-        if self._channel is not None:
-            config = dataclasses.asdict(self.config)
-            self._channel.send({"kind": "config", "config": config, "slots": self._slots})
+        self._generation += 1
+        self._unacknowledged = {
+            "kind": "config",
+            "generation": self._generation,
+            "config": dataclasses.asdict(self.config),
+            "slots": dict(self._slots),
+        }
+        self._sent_at = None
+        self._deliver_config(self.clock())
+
+    def _deliver_config(self, now: float) -> None:
+        """Send the configuration not acknowledged yet: now if the channel has not taken it (it
+        was full), again once RESEND_S has passed since it did."""
+        if self._unacknowledged is None or self._channel is None:
+            return
+        if self._sent_at is not None and now - self._sent_at < RESEND_S:
+            return
+        try:
+            if self._channel.send(self._unacknowledged):
+                self._sent_at = now
+        except IpcError as exc:
+            self._unacknowledged, self._sent_at = None, None
+            self._config_failed(f"configuration {self._generation} not sent: {exc}")
+
+    def _config_failed(self, why: str) -> None:
+        self.config_error = why
+        self._changed = True
+        log.error("%s", why)
+        if not self._configured and self.pid is not None:
+            # It has nothing to serve with: stopped now, not after its wait for a configuration.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+
+    def _acknowledged(self, generation: object, error: object) -> None:
+        if generation != self._generation:
+            return  # an earlier configuration's; the newest one's is on its way
+        self._unacknowledged, self._sent_at = None, None
+        if error is None:
+            self._configured = True
+            self.config_error = None
+            self._changed = True
+        else:
+            refusal = str(error)[:ERROR_CHARS]
+            self._config_failed(
+                f"the serving process refused configuration {generation}: {refusal}"
+            )
 
     def _assign_slots(self, config: Config) -> None:
         """Keep each configured model's slot; a new model takes the lowest one no configured model
         holds (a removed model's slot is free again)."""
-        names = [model.name for model in config.models[:SLOTS]]
+        names = [model.name for model in config.models]
         self._slots = {name: slot for name, slot in self._slots.items() if name in names}
         free = iter(sorted(set(range(SLOTS)) - set(self._slots.values())))
         for name in names:
@@ -336,6 +406,8 @@ class ServingSupervisor:
             kind = message.get("kind")
             if kind == "ready":
                 self.state = "ready"
+            elif kind == "configured":
+                self._acknowledged(message.get("generation"), message.get("error"))
             elif kind == "event":
                 self._forward(message.get("event"))
             elif kind == "stats":
@@ -382,6 +454,9 @@ class ServingSupervisor:
 
     def _exited(self, reason: str, lived_s: float) -> None:
         pid, self.pid = self.pid, None
+        if pid is not None:
+            _kill_group(pid)
+        self._configured, self._unacknowledged, self._sent_at = False, None, None
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -424,7 +499,10 @@ class ServingSupervisor:
 
     def _why(self) -> tuple[str, float]:
         reason = "not started" if self.last_exit is None else self.last_exit["reason"]
-        return f"the serving process exited ({reason})", max(0.0, self._next_start - self.clock())
+        why = f"the serving process exited ({reason})"
+        if self.config_error is not None:
+            why += f"; {self.config_error}"
+        return why, max(0.0, self._next_start - self.clock())
 
     def _terminate(self) -> None:
         """Stop the child: it stops accepting, finishes what it has taken, and exits."""
@@ -448,8 +526,17 @@ class ServingSupervisor:
                 os.kill(self.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
+            _kill_group(self.pid)
             self.pid = None
         self.state = "stopped"
+
+
+def _kill_group(pid: int) -> None:
+    """Kill what an exited serving process left in its process group (a build it had started,
+    which was reparented to init and ran on: three kills, three builds at once). Its pid stays
+    the group's id, never reused, while any member lives."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _model_stats(models: object) -> dict[str, ModelStats]:

@@ -4,9 +4,11 @@ Started by mcpd.governor.supervisor with the listening socket, its end of the so
 shared block on descriptors given on the command line (the protocol is mcpd.ipc), then the log
 level and ROLE=FD for each TCP listener the governor holds too: `http=FD` where `[serving] http` is
 set, `metrics=FD` where `[metrics] listen` is. It first puts itself
-below the governor (lower_own_priority), waits for the configuration, serves, forwards events and sends its model statistics once a second, applies the
-configurations the governor sends on reload, and stops on SIGTERM (finishing what it has taken) or
-as soon as the governor's end of the socket pair closes (the governor is gone).
+below the governor (lower_own_priority), waits for the configuration, serves, forwards events and
+sends its model statistics once a second, applies the configurations the governor sends on reload,
+acknowledging each (a first one it refuses ends it: it has nothing to serve with), and stops on
+SIGTERM (finishing what it has taken) or as soon as the governor's end of the socket pair closes
+(the governor is gone).
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping
+from typing import Any
 
 from mcpd import config as config_module
 from mcpd import logs, status
 from mcpd.events import Event, EventBus
-from mcpd.ipc import Channel, SharedBlock
+from mcpd.ipc import Channel, IpcError, SharedBlock
 from mcpd.listen import Listener
 from mcpd.serving.service import InferenceService
 from mcpd.status import StatusDocument
+from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.serving")
 
@@ -36,6 +41,8 @@ NICE = 5
 real-time scheduling; its inference threads go further still (mcpd.serving.worker)."""
 STATS_S = 1.0
 CONFIG_TIMEOUT_S = 30.0
+UNSENT_LOG_S = 60.0
+"""A message that cannot be sent (no descriptor left for its memfd) is said at most this often."""
 
 
 def lower_own_priority() -> None:
@@ -72,6 +79,7 @@ class Serving:
         self.service: InferenceService | None = None
         self.stop = asyncio.Event()
         self._configs: asyncio.Queue[config_module.Config] = asyncio.Queue()
+        self._unsent: Repeats[object] = Repeats(UNSENT_LOG_S)
 
     def batch_size(self, model: str) -> int:
         slot = self.slots.get(model)
@@ -91,9 +99,17 @@ class Serving:
             document["inference"] = status.inference(self.service.stats(), joules)
         return document
 
+    def _send(self, message: Mapping[str, Any]) -> None:
+        try:
+            self.channel.send(message)
+        except IpcError as exc:
+            unsaid = self._unsent.say(message.get("kind"), time.monotonic())
+            if unsaid is not None:
+                log.error("%s%s", exc, f" ({unsaid} more since)" if unsaid else "")
+
     def _on_event(self, event: Event) -> None:
         fields = {"kind": event.kind, "message": event.message, "data": dict(event.data)}
-        self.channel.send({"kind": "event", "event": {**fields, "ts": event.ts}})
+        self._send({"kind": "event", "event": {**fields, "ts": event.ts}})
 
     def _on_readable(self) -> None:
         messages = self.channel.receive()
@@ -104,14 +120,20 @@ class Serving:
         for message in messages:
             if message.get("kind") != "config":
                 continue
+            generation = message.get("generation")
             try:
                 config = config_module.parse(message["config"], "<from the governor>")
             except (config_module.ConfigError, KeyError) as exc:
-                log.error("configuration from the governor refused: %s", exc)
+                error = str(exc) if isinstance(exc, config_module.ConfigError) else "no config"
+                log.error("configuration from the governor refused: %s", error)
+                self._send({"kind": "configured", "generation": generation, "error": error})
+                if self.service is None:  # nothing to serve with
+                    self.stop.set()
                 continue
             slots = message.get("slots")
             if isinstance(slots, dict):
                 self.slots = {str(k): int(v) for k, v in slots.items() if isinstance(v, int)}
+            self._send({"kind": "configured", "generation": generation, "error": None})
             self._configs.put_nowait(config)
 
     async def run(self) -> int:
@@ -119,10 +141,8 @@ class Serving:
         loop.add_signal_handler(signal.SIGTERM, self.stop.set)
         loop.add_signal_handler(signal.SIGINT, self.stop.set)
         loop.add_reader(self.channel.fileno(), self._on_readable)
-        try:
-            first = await asyncio.wait_for(self._configs.get(), CONFIG_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            log.error("no configuration from the governor in %g s", CONFIG_TIMEOUT_S)
+        first = await self._first_config()
+        if first is None:
             return 1
         events = EventBus()
         events.subscribe(self._on_event)
@@ -135,7 +155,7 @@ class Serving:
             tcp=self.tcp,
         )
         await self.service.start()
-        self.channel.send({"kind": "ready"})
+        self._send({"kind": "ready"})
         stats = asyncio.create_task(self._send_stats())
         reloads = asyncio.create_task(self._apply_reloads())
         await self.stop.wait()
@@ -144,6 +164,22 @@ class Serving:
         await self.service.stop()
         return 0
 
+    async def _first_config(self) -> config_module.Config | None:
+        """The governor's configuration; None when it refused the first, it is told to stop, or
+        none came in CONFIG_TIMEOUT_S."""
+        taken = asyncio.ensure_future(self._configs.get())
+        stopped = asyncio.ensure_future(self.stop.wait())
+        done, _ = await asyncio.wait(
+            (taken, stopped), timeout=CONFIG_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        stopped.cancel()
+        if taken in done:
+            return taken.result()
+        taken.cancel()
+        if not done:
+            log.error("no configuration from the governor in %g s", CONFIG_TIMEOUT_S)
+        return None
+
     async def _send_stats(self) -> None:
         while True:
             assert self.service is not None
@@ -151,7 +187,7 @@ class Serving:
                 name: dataclasses.asdict(dataclasses.replace(stats, statistics=None))
                 for name, stats in self.service.stats().items()
             }
-            self.channel.send({"kind": "stats", "models": models})
+            self._send({"kind": "stats", "models": models})
             await asyncio.sleep(STATS_S)
 
     async def _apply_reloads(self) -> None:

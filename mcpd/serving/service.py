@@ -56,11 +56,11 @@ class InferenceService:
         self.config = config
         self.status = status
         self.gpu_check: asyncio.Task[None] | None = None
+        self.tidying: asyncio.Task[None] | None = None
+        """The optimized models' cache, tidied in the background at start (Optimizer.tidy)."""
+        self.optimizer = Optimizer(config.daemon.state_dir)
         self.repository = Repository(
-            batch_size,
-            events,
-            config.daemon.max_request_bytes,
-            Optimizer(config.daemon.state_dir),
+            batch_size, events, config.daemon.max_request_bytes, self.optimizer
         )
         self.shm = SharedMemory(shm_root)
         self.endpoints = Endpoints(self.repository, self.shm, status, config.daemon)
@@ -105,6 +105,9 @@ class InferenceService:
             where += f" and {self.config.serving.http}"
         log.info("serving the Open Inference Protocol on %s", where)
         self.gpu_check = asyncio.create_task(self._warn_if_gpu_unused())
+        self.tidying = asyncio.create_task(
+            asyncio.to_thread(self.optimizer.tidy, self.config.models)
+        )
         await self.repository.apply(self.config.models)
 
     def _serve(
@@ -134,8 +137,9 @@ class InferenceService:
 
     async def stop(self) -> None:
         """Stop accepting, finish the queued requests, release the models and shared memory."""
-        if self.gpu_check is not None:
-            self.gpu_check.cancel()
+        for task in (self.gpu_check, self.tidying):
+            if task is not None:
+                task.cancel()
         for acceptor in (self.connections, self.scrapes):
             if acceptor is not None:
                 acceptor.stop()  # answers in flight go on
