@@ -63,6 +63,7 @@ class DaemonSection:
     max_connections: Annotated[int, Check(ge=1, le=1_000_000)] = 256
     header_timeout_ms: Timeout = 10_000
     body_timeout_ms: Timeout = 30_000
+    send_timeout_ms: Timeout = 10_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 

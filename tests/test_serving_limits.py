@@ -1,10 +1,11 @@
 """What clients together may take: connections (a cap under the descriptor limit, 503 beyond it),
-time (header and body timeouts), memory (request bodies alone and together, JSON apart) and log
-lines (throttled). The last test is the reproduction: a flood of half-sent requests against the
-real daemon no longer stops it from writing caps."""
+time (header, body and send timeouts), memory (request bodies and unread answers alone and
+together, JSON apart) and log lines (throttled). The flood test is the reproduction: a flood of
+half-sent requests against the real daemon no longer stops it from writing caps."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -26,11 +27,14 @@ import pytest
 from mcpd.client import Client
 from mcpd.serving.connections import RESERVED_DESCRIPTORS, connection_cap
 from mcpd.serving.limits import Throttle
+from mcpd.serving.service import METRICS_CONNECTIONS
 from tests.conftest import PROJECT
+from tests.mqtt_broker import free_port
 from tests.serving_models import scale
 from tests.serving_server import Served, config
 
 HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
+SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 @pytest.fixture
@@ -84,6 +88,50 @@ def test_over_the_cap_clients_wait_until_the_header_timeout_frees_a_connection(
     capped = [r for r in caplog.records if "new connections wait" in r.getMessage()]
     assert len(capped) == 1  # throttled: one line per 10 s
     assert capped[0].getMessage().startswith("4 client connections are open")
+
+
+def unread(address: str | tuple[str, int]) -> socket.socket:
+    """A client that pipelines requests for as long as the server takes them and never reads an
+    answer."""
+    sock = socket.socket(socket.AF_UNIX if isinstance(address, str) else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's least
+    sock.settimeout(10)
+    sock.connect(address)
+    sock.setblocking(False)
+    with contextlib.suppress(OSError):  # full, or already dropped by the server
+        while True:
+            sock.send(SCRAPE * 64)
+    return sock
+
+
+def test_clients_that_do_not_read_lose_their_connection_after_the_send_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clients that sent requests and read nothing held their connections for good: closing one
+    waited for its answers to be sent. Enough of them took every connection of the socket and of
+    the metrics port (issue 26: a new client had no answer in 40 s)."""
+    port = free_port()
+    limits = {"max_connections": 4, "header_timeout_ms": 500, "send_timeout_ms": 500}
+    served = Served(config(tmp_path, [], metrics=f"127.0.0.1:{port}", **limits))
+    try:
+        with ExitStack() as stack:
+            listeners = ((served.socket, 4), (("127.0.0.1", port), METRICS_CONNECTIONS))
+            for address, cap in listeners:
+                for _ in range(cap):
+                    stack.enter_context(unread(address))
+            for address, _ in listeners:
+                # Waits in the backlog until the send timeout drops a client that does not read.
+                family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+                with socket.socket(family) as waiting:
+                    waiting.settimeout(30)
+                    waiting.connect(address)
+                    waiting.sendall(SCRAPE)
+                    assert waiting.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        served.close()
+    dropped = [r.getMessage() for r in caplog.records if "send_timeout_ms" in r.getMessage()]
+    assert len(dropped) == 1, dropped  # throttled: one line per 10 s
+    assert dropped[0].startswith("closed a connection whose client took nothing of its answers")
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408(served: Served) -> None:

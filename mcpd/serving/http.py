@@ -12,6 +12,13 @@ as a handler asks for them (mcpd.serving.limits applies the body limits, budget 
 An answer sent before its request's body was read (413, 408) closes the connection after reading
 and dropping what the client still sends for up to `linger_s`, so that the client can read it.
 
+Answers a client does not read wait in the transport's buffer, and closing the connection waits
+for them to be sent: a client that sent requests and read nothing held its connection for good,
+and enough of them every connection (issue 26). So while answers wait, the client must take some
+of them every `send_timeout_s`, else the connection is dropped: the timeout runs between two
+writes the kernel accepts, not over a whole answer, as nginx's send_timeout does, so a slow
+reader of a large answer keeps its connection.
+
 The connection is read into a buffer of its own (asyncio.BufferedProtocol), and the parser sees
 the bytes up to the end of each request's head; a body of known length then bypasses it, into the
 request's own buffer (mcpd.serving.request), and a new parser takes the next request. Chunked
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import urllib.parse
 from typing import cast
 
@@ -38,16 +46,23 @@ head, or a small request whole; each connection holds a buffer of this size (4 M
 default 256 connections)."""
 END_OF_HEAD = b"\r\n\r\n"
 
+log = logging.getLogger(__name__)
+
 
 class HttpServer:
     """The connections of one router; the protocol factory for mcpd.serving.connections."""
 
-    def __init__(self, router: Router, header_timeout_s: float, linger_s: float) -> None:
+    def __init__(
+        self, router: Router, header_timeout_s: float, linger_s: float, send_timeout_s: float
+    ) -> None:
         self.router = router
         self.header_timeout_s = header_timeout_s
         self.linger_s = linger_s
+        self.send_timeout_s = send_timeout_s
         self.connections: set[HttpProtocol] = set()
         self.closing = False
+        self.send_timeouts = 0
+        """Connections dropped because their client took nothing for send_timeout_s."""
 
     def __call__(self) -> HttpProtocol:
         return HttpProtocol(self)
@@ -87,6 +102,9 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._view = memoryview(self._buffer)
         self._direct: Request | None = None
         """The request whose Content-Length body is being received without the parser."""
+        self._written = 0
+        """Bytes given to the transport, which sends what the kernel takes and keeps the rest."""
+        self._send_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio ---------------------------------------------------------------------------------
 
@@ -169,6 +187,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._closed = True
         self.server.connections.discard(self)
         self._cancel_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
         if self.task is not None:
             self.task.cancel()  # the handler takes its request out of the model's queue
         self.transport = None
@@ -247,11 +267,12 @@ class HttpProtocol(asyncio.BufferedProtocol):
         length = len(response.body)
         head_bytes = response.head(keep)
         if head or not length:
-            self.transport.write(head_bytes)
+            self.write(head_bytes)
         elif length < 65536:
-            self.transport.write(head_bytes + response.body)
+            self.write(head_bytes + response.body)
         else:
             self.transport.writelines((head_bytes, response.body))
+            self._wrote(len(head_bytes) + length)
         self.resume("unclaimed")  # whatever the answered request held is no longer kept
         if request is not None and not request.complete:
             # Answered before the body was read: drop the rest as it comes, then close.
@@ -280,6 +301,41 @@ class HttpProtocol(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         if self.transport is not None:
             self.transport.write(data)
+            self._wrote(len(data))
+
+    def _wrote(self, size: int) -> None:
+        self._written += size
+        self._expect_sending()
+
+    def _sent(self) -> int:
+        """Bytes the kernel has taken."""
+        assert self.transport is not None
+        return self._written - self.transport.get_write_buffer_size()
+
+    def _expect_sending(self) -> None:
+        """While answers wait in the transport, drop the connection unless the client takes some
+        of them within send_timeout_s."""
+        transport = self.transport
+        if self._send_timer is None and transport is not None and transport.get_write_buffer_size():
+            self._send_timer = asyncio.get_running_loop().call_later(
+                self.server.send_timeout_s, self._check_sending, self._sent()
+            )
+
+    def _check_sending(self, sent_before: int) -> None:
+        self._send_timer = None
+        if self.transport is None or not self.transport.get_write_buffer_size():
+            return
+        if self._sent() > sent_before:
+            self._expect_sending()
+            return
+        self.server.send_timeouts += 1
+        log.warning(
+            "closed a connection whose client took nothing of its answers for %g s "
+            "([daemon] send_timeout_ms); %d so far",
+            self.server.send_timeout_s,
+            self.server.send_timeouts,
+        )
+        self.transport.abort()
 
     def pause(self, reason: str) -> None:
         if not self._paused and self.transport is not None:

@@ -114,7 +114,10 @@ class InferenceService:
         cap: Callable[[], int],
         cap_name: str = SOCKET_CAP,
     ) -> tuple[HttpServer, Acceptor]:
-        server = HttpServer(router, self.config.daemon.header_timeout_ms / 1000, LINGER_S)
+        daemon = self.config.daemon
+        server = HttpServer(
+            router, daemon.header_timeout_ms / 1000, LINGER_S, daemon.send_timeout_ms / 1000
+        )
         acceptor = Acceptor(listening, server, cap, cap_name)
         acceptor.start()
         return server, acceptor
@@ -156,9 +159,9 @@ class InferenceService:
 
     async def reload(self, config: Config) -> None:
         """Models are added, removed or replaced and the request limits apply at once; the socket,
-        the largest tensor (built into each model's interface) and the header timeout (built into
-        the HTTP server) stay as started."""
-        for key in ("max_request_bytes", "header_timeout_ms"):
+        the largest tensor (built into each model's interface) and the header and send timeouts (built
+        into the HTTP server) stay as started."""
+        for key in ("max_request_bytes", "header_timeout_ms", "send_timeout_ms"):
             if getattr(config.daemon, key) != getattr(self.config.daemon, key):
                 log.warning("reload: [daemon] %s changes only on restart", key)
         if tcp_listeners(config) != tcp_listeners(self.config):
