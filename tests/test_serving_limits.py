@@ -26,12 +26,14 @@ import pytest
 
 from mcpd.client import Client
 from mcpd.serving.connections import RESERVED_DESCRIPTORS, connection_cap
+from mcpd.serving.http import READ_BYTES
 from mcpd.serving.limits import Throttle
 from mcpd.serving.service import METRICS_CONNECTIONS
 from tests.conftest import PROJECT
 from tests.mqtt_broker import free_port
 from tests.serving_models import scale
 from tests.serving_server import Served, config
+from tests.test_serving_front import Reader
 
 HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -132,6 +134,50 @@ def test_clients_that_do_not_read_lose_their_connection_after_the_send_timeout(
     dropped = [r.getMessage() for r in caplog.records if "send_timeout_ms" in r.getMessage()]
     assert len(dropped) == 1, dropped  # throttled: one line per 10 s
     assert dropped[0].startswith("closed a connection whose client took nothing of its answers")
+
+
+def test_answers_a_client_does_not_read_are_bounded_and_count_against_max_inflight_bytes(
+    served: Served,
+) -> None:
+    """A client that pipelined requests and read nothing had every one of them answered into the
+    transport's buffer, uncounted, and the requests still to answer grew too (issue 26: 92 MiB
+    buffered and 380 000 requests queued on 16 connections in 11 s)."""
+    with served.client() as client:
+        scrape = len(client.request("GET", "/metrics").body)
+    bodies, server = served.service.endpoints.bodies, served.service.server
+    assert server is not None
+
+    async def waiting() -> tuple[int, list[tuple[int, int]]]:
+        """Between the event loop's steps: what is held, and each connection that has requests
+        to answer but answers none: how many, and the bytes it keeps unsent."""
+        return bodies.held, [
+            (len(c.pipeline), c.transport.get_write_buffer_size())
+            for c in server.connections
+            if c.pipeline and c.task is None and c.transport is not None
+        ]
+
+    with socket.socket(socket.AF_UNIX) as hog:
+        hog.settimeout(10)
+        hog.connect(served.socket)
+        hog.sendall(SCRAPE * 2000)  # 68 kB: more than one read
+        # Answered until the transport holds more than its high-water mark, then no more.
+        deadline = time.monotonic() + 10
+        while not (state := served.call(waiting()))[1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        held, [(queued, unsent)] = state
+        assert 10000 < held == unsent <= 65536 + 2 * scrape
+        assert queued <= READ_BYTES // len(SCRAPE) + 1  # the requests of one read at most
+        status, message = post(served, b"x" * 100, **{"Inference-Header-Content-Length": "10"})
+        assert status == 503
+        assert "busy: requests in flight hold" in message
+        # Once the client reads, the rest is answered, in order.
+        reader = Reader(hog)
+        assert all(reader.response()[0] == 200 for _ in range(2000))
+    deadline = time.monotonic() + 10
+    while bodies.held:  # given back when the connection closes
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408(served: Served) -> None:

@@ -17,7 +17,10 @@ for them to be sent: a client that sent requests and read nothing held its conne
 and enough of them every connection (issue 26). So while answers wait, the client must take some
 of them every `send_timeout_s`, else the connection is dropped: the timeout runs between two
 writes the kernel accepts, not over a whole answer, as nginx's send_timeout does, so a slow
-reader of a large answer keeps its connection.
+reader of a large answer keeps its connection. Meanwhile no further pipelined request is answered
+and none is read, so what a connection buffers is bounded (the transport's high-water mark and one
+answer; the requests of one read); and those unsent bytes are held against the same
+max_inflight_bytes as request bodies (mcpd.serving.limits.Bodies).
 
 The connection is read into a buffer of its own (asyncio.BufferedProtocol), and the parser sees
 the bytes up to the end of each request's head; a body of known length then bypasses it, into the
@@ -35,6 +38,7 @@ from typing import cast
 
 import httptools
 
+from mcpd.serving.limits import Bodies
 from mcpd.serving.request import Request
 from mcpd.serving.routes import Response, Router, error
 
@@ -53,12 +57,19 @@ class HttpServer:
     """The connections of one router; the protocol factory for mcpd.serving.connections."""
 
     def __init__(
-        self, router: Router, header_timeout_s: float, linger_s: float, send_timeout_s: float
+        self,
+        router: Router,
+        header_timeout_s: float,
+        linger_s: float,
+        send_timeout_s: float,
+        bodies: Bodies,
     ) -> None:
         self.router = router
         self.header_timeout_s = header_timeout_s
         self.linger_s = linger_s
         self.send_timeout_s = send_timeout_s
+        self.bodies = bodies
+        """Where unsent answers are held, with request bodies."""
         self.connections: set[HttpProtocol] = set()
         self.closing = False
         self.send_timeouts = 0
@@ -104,6 +115,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         """The request whose Content-Length body is being received without the parser."""
         self._written = 0
         """Bytes given to the transport, which sends what the kernel takes and keeps the rest."""
+        self._unsent = 0
+        """Of those, the bytes it kept when last looked at: held in the server's bodies."""
         self._send_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio ---------------------------------------------------------------------------------
@@ -174,7 +187,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
                     self._close()
                     return
                 self.receiving.broken(str(exc))  # a body: its reader answers 400
-            if self.task is not None:
+            if self.pipeline:
                 while len(self.pipeline) > 1:
                     self.pipeline.pop()
                 self._last_request()
@@ -192,12 +205,15 @@ class HttpProtocol(asyncio.BufferedProtocol):
         if self.task is not None:
             self.task.cancel()  # the handler takes its request out of the model's queue
         self.transport = None
+        self._hold_unsent()
 
     def pause_writing(self) -> None:
         self.pause("writing")  # a client that does not read gets no further answers
 
     def resume_writing(self) -> None:
+        self._hold_unsent()
         self.resume("writing")
+        self._answer_next()
 
     # -- httptools -------------------------------------------------------------------------------
 
@@ -228,10 +244,9 @@ class HttpProtocol(asyncio.BufferedProtocol):
         )
         self.receiving = request
         self.pipeline.append(request)
-        if self.task is None:
-            self._answer_next()
-        else:
+        if len(self.pipeline) > 1:
             self.pause("pipeline")
+        self._answer_next()
 
     def on_body(self, data: bytes) -> None:
         assert self.receiving is not None
@@ -249,9 +264,17 @@ class HttpProtocol(asyncio.BufferedProtocol):
     # -- answering -------------------------------------------------------------------------------
 
     def _answer_next(self) -> None:
-        request = self.pipeline[0]
-        loop = asyncio.get_running_loop()
-        self.task = loop.create_task(self._answer(request))
+        """Answer the request at the front of the pipeline: one at a time, and only while the
+        client takes its answers."""
+        transport = self.transport
+        if (
+            self.task is None
+            and self.pipeline
+            and "writing" not in self._paused
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            self.task = asyncio.get_running_loop().create_task(self._answer(self.pipeline[0]))
 
     async def _answer(self, request: Request) -> None:
         response = await self.server.router.handle(request)
@@ -281,7 +304,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         elif not keep:
             self._close()
         elif self.pipeline:
-            self.resume("pipeline")
+            if len(self.pipeline) == 1:  # read on only once no other request waits
+                self.resume("pipeline")
             self._answer_next()
         elif self.receiving is None:
             self._expect_header(self.server.header_timeout_s)
@@ -305,27 +329,31 @@ class HttpProtocol(asyncio.BufferedProtocol):
 
     def _wrote(self, size: int) -> None:
         self._written += size
-        self._expect_sending()
+        self._hold_unsent()
+        if self._unsent and self._send_timer is None:
+            self._expect_sending()
 
-    def _sent(self) -> int:
-        """Bytes the kernel has taken."""
-        assert self.transport is not None
-        return self._written - self.transport.get_write_buffer_size()
+    def _hold_unsent(self) -> None:
+        """Hold what the transport keeps unsent (nothing once the connection is lost) in the
+        server's bodies: looked at after each write, when the transport resumes writing and on
+        each send timeout, so up to a high-water mark of bytes already sent may still be held
+        until then."""
+        unsent = 0 if self.transport is None else self.transport.get_write_buffer_size()
+        self.server.bodies.hold_unsent(unsent - self._unsent)
+        self._unsent = unsent
 
     def _expect_sending(self) -> None:
-        """While answers wait in the transport, drop the connection unless the client takes some
-        of them within send_timeout_s."""
-        transport = self.transport
-        if self._send_timer is None and transport is not None and transport.get_write_buffer_size():
-            self._send_timer = asyncio.get_running_loop().call_later(
-                self.server.send_timeout_s, self._check_sending, self._sent()
-            )
+        """Drop the connection unless the client takes some of what waits within send_timeout_s."""
+        self._send_timer = asyncio.get_running_loop().call_later(
+            self.server.send_timeout_s, self._check_sending, self._written - self._unsent
+        )
 
     def _check_sending(self, sent_before: int) -> None:
         self._send_timer = None
-        if self.transport is None or not self.transport.get_write_buffer_size():
+        self._hold_unsent()
+        if self.transport is None or not self._unsent:
             return
-        if self._sent() > sent_before:
+        if self._written - self._unsent > sent_before:
             self._expect_sending()
             return
         self.server.send_timeouts += 1

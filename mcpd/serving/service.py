@@ -68,8 +68,8 @@ class InferenceService:
         self.connections: Acceptor | None = None
         self.scrapes: Acceptor | None = None
         """Connections on the `[metrics] listen` port."""
-        self._server: HttpServer | None = None
-        self._metrics_server: HttpServer | None = None
+        self.server: HttpServer | None = None
+        self.metrics_server: HttpServer | None = None
         self._given = listener
         """A socket someone else holds (the governor): used as it is, never bound or removed."""
         self._given_tcp = dict(tcp or {})
@@ -87,13 +87,13 @@ class InferenceService:
         self.throttle.install()
         cap = connection_cap(self.config.daemon.max_connections)
         listening = [self._listener.sock] + ([self._tcp["http"]] if "http" in self._tcp else [])
-        self._server, self.connections = self._serve(
+        self.server, self.connections = self._serve(
             self.endpoints.router(),
             listening,
             lambda: min(cap, self.config.daemon.max_connections),
         )
         if "metrics" in self._tcp:
-            self._metrics_server, self.scrapes = self._serve(
+            self.metrics_server, self.scrapes = self._serve(
                 self.endpoints.metrics_router(),
                 [self._tcp["metrics"]],
                 lambda: METRICS_CONNECTIONS,
@@ -116,7 +116,11 @@ class InferenceService:
     ) -> tuple[HttpServer, Acceptor]:
         daemon = self.config.daemon
         server = HttpServer(
-            router, daemon.header_timeout_ms / 1000, LINGER_S, daemon.send_timeout_ms / 1000
+            router,
+            daemon.header_timeout_ms / 1000,
+            LINGER_S,
+            daemon.send_timeout_ms / 1000,
+            self.endpoints.bodies,
         )
         acceptor = Acceptor(listening, server, cap, cap_name)
         acceptor.start()
@@ -142,10 +146,10 @@ class InferenceService:
         for acceptor in (self.connections, self.scrapes):
             if acceptor is not None:
                 acceptor.stop()  # answers in flight go on
-        servers = [s for s in (self._server, self._metrics_server) if s is not None]
+        servers = [s for s in (self.server, self.metrics_server) if s is not None]
         await asyncio.gather(*(server.shutdown(SHUTDOWN_TIMEOUT_S) for server in servers))
         await self.repository.close()
-        self._server = self._metrics_server = None
+        self.server = self.metrics_server = None
         self.shm.close()
         self.throttle.remove()
         if self._listener is not None:
