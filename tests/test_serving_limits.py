@@ -15,10 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import numpy as np
 import psutil
@@ -28,10 +31,11 @@ from mcpd.client import Client
 from mcpd.serving.connections import RESERVED_DESCRIPTORS, connection_cap
 from mcpd.serving.http import READ_BYTES
 from mcpd.serving.limits import Throttle
+from mcpd.serving.responses import InferResponse
 from mcpd.serving.service import METRICS_CONNECTIONS
 from tests.conftest import PROJECT
 from tests.mqtt_broker import free_port
-from tests.serving_models import scale
+from tests.serving_models import scale, spread
 from tests.serving_server import Served, config
 from tests.test_serving_front import Reader
 
@@ -359,3 +363,81 @@ def test_a_reload_applies_the_body_limits_at_once(served: Served) -> None:
     served.call(served.service.reload(looser))
     status, message = post(served, body)
     assert status == 400 and "inputs must be a non-empty list" in message
+
+
+def spreading(tmp_path: Path, width: int, **limits: Any) -> Served:
+    """Serving `s`: one value in, `width` values out."""
+    models = [{"name": "s", "path": str(spread(tmp_path / "spread.onnx", width))}]
+    server = Served(config(tmp_path, models, **limits))
+    server.wait_settled()
+    return server
+
+
+def spread_request(**parameters: object) -> bytes:
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [0.5]}]
+    return json.dumps({"inputs": inputs, "parameters": parameters}).encode()
+
+
+def test_json_outputs_over_max_json_output_bytes_are_413_naming_binary_data_output(
+    tmp_path: Path,
+) -> None:
+    """A request of 100 bytes for a model with a large output used to have it all written as
+    JSON, whatever it cost (issue 26: 726 MB for one request)."""
+    served = spreading(tmp_path, 100_000, max_json_output_bytes=2**20)
+    try:
+        with served.client() as client:
+            refused = client.request("POST", "/v2/models/s/infer", spread_request())
+            assert refused.status == 413
+            message = json.loads(refused.body)["error"]
+            assert "over the limit of 1048576 bytes ([daemon] max_json_output_bytes)" in message
+            assert "binary_data_output" in message
+            binary = client.request(
+                "POST", "/v2/models/s/infer", spread_request(binary_data_output=True)
+            )
+            assert binary.status == 200
+            length = int(binary.headers["inference-header-content-length"])
+            assert np.frombuffer(binary.body[length:], np.float32).tolist() == [0.5] * 100_000
+    finally:
+        served.close()
+
+
+def writing_json() -> bool:
+    """Whether a thread of this process (the server's) is writing an answer's JSON values now."""
+    code = InferResponse.encode.__code__
+    for frame in sys._current_frames().values():
+        caller: FrameType | None = frame
+        while caller is not None:
+            if caller.f_code is code:
+                return True
+            caller = caller.f_back
+    return False
+
+
+def test_a_large_json_answer_is_written_while_the_event_loop_answers_others(
+    tmp_path: Path,
+) -> None:
+    """Writing a large JSON answer held the event loop for as long (issue 26: 3.7 s for one
+    request, 16 s for four); 2 million values take about a second here."""
+    served = spreading(tmp_path, 2_000_000, max_json_output_bytes=2**26)
+    try:
+        answers: list[int] = []
+
+        def large() -> None:
+            with served.client() as client:
+                answers.append(
+                    client.request("POST", "/v2/models/s/infer", spread_request()).status
+                )
+
+        thread = threading.Thread(target=large)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not writing_json():
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.005)
+        with served.client() as client:
+            assert client.live()
+        assert writing_json()  # answered while the large answer is still being written
+        thread.join(60)
+        assert answers == [200]
+    finally:
+        served.close()

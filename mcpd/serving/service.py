@@ -149,6 +149,7 @@ class InferenceService:
         servers = [s for s in (self.server, self.metrics_server) if s is not None]
         await asyncio.gather(*(server.shutdown(SHUTDOWN_TIMEOUT_S) for server in servers))
         await self.repository.close()
+        self.endpoints.close()
         self.server = self.metrics_server = None
         self.shm.close()
         self.throttle.remove()
