@@ -294,8 +294,9 @@ class HttpProtocol(asyncio.BufferedProtocol):
         elif length < 65536:
             self.write(head_bytes + response.body)
         else:
-            self.transport.writelines((head_bytes, response.body))
-            self._wrote(len(head_bytes) + length)
+            # Not writelines(), which before Python 3.12 joins them: a copy of the body.
+            self.write(head_bytes)
+            self.write(response.body)
         self.resume("unclaimed")  # whatever the answered request held is no longer kept
         if request is not None and not request.complete:
             # Answered before the body was read: drop the rest as it comes, then close.
@@ -322,7 +323,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
 
     # -- flow and time ---------------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if self.transport is not None:
             self.transport.write(data)
             self._wrote(len(data))

@@ -12,6 +12,7 @@ between slices.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -38,15 +39,16 @@ CHAR_ESCAPE = len("\\ud83d\\ude00")
 """The most JSON text one character of a string takes: outside the BMP, two escaped surrogates."""
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-"""Made once: json.dumps with these options makes one per call."""
+_VALUES = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""Made once: json.dumps with options makes one per call (it keeps nothing between calls)."""
 
 
-def _dumps(value: object) -> bytes:
-    return _ENCODER.encode(value).encode()
+def _text(value: str) -> bytes:
+    """A JSON string."""
+    return json.encoder.encode_basestring_ascii(value).encode()
 
 
-def value_chars(dtype: np.dtype[Any]) -> int:
+def _value_chars(dtype: np.dtype[Any]) -> int:
     """The longest JSON text of one value of a fixed-size datatype, and its comma."""
     if dtype.kind == "f":
         return FLOAT_CHARS + 1
@@ -56,13 +58,13 @@ def value_chars(dtype: np.dtype[Any]) -> int:
     return len("false") + 1
 
 
-def json_bound(flat: np.ndarray) -> int:
+def _json_bound(flat: np.ndarray) -> int:
     """At most this many bytes of JSON text for the values of `flat`: from its datatype and size
     alone, or for strings from their lengths (quotes, comma and the longest escape of each
     character)."""
     if flat.dtype.kind == "O":
         return 2 + sum(CHAR_ESCAPE * len(element) + 3 for element in flat.tolist())
-    return 2 + flat.size * value_chars(flat.dtype)
+    return 2 + flat.size * _value_chars(flat.dtype)
 
 
 def _json_values(flat: np.ndarray) -> list[Any]:
@@ -78,7 +80,7 @@ def _json_text(flat: np.ndarray) -> Iterator[bytes]:
     for start in range(0, flat.size, JSON_SLICE):
         if start:
             yield b","
-        yield _dumps(_json_values(flat[start : start + JSON_SLICE]))[1:-1]
+        yield _VALUES.encode(_json_values(flat[start : start + JSON_SLICE]))[1:-1].encode()
     yield b"]"
 
 
@@ -98,16 +100,19 @@ class InferResponse:
     def encode(self) -> tuple[bytes, int | None]:
         """The body, and the JSON header's length where binary tensors follow it. Touches nothing
         but this answer, so it may run in another thread."""
-        pieces: list[bytes] = []
+        # One buffer that grows, whose bytes getvalue() hands over without a copy: a list of
+        # pieces joined at the end would hold the text twice.
+        body = io.BytesIO()
         for part in self.header:
             if isinstance(part, bytes):
-                pieces.append(part)
+                body.write(part)
             else:
-                pieces += _json_text(part)
-        header = b"".join(pieces)
+                body.writelines(_json_text(part))
         if not self.blobs:
-            return header, None
-        return b"".join((header, *self.blobs)), len(header)
+            return body.getvalue(), None
+        length = body.tell()
+        body.writelines(self.blobs)
+        return body.getvalue(), length
 
 
 def respond(
@@ -122,34 +127,35 @@ def respond(
     JSON values to InferResponse.encode; nothing is written if the JSON could take more than
     `json_limit` bytes ([daemon] max_json_output_bytes): RequestError 413."""
     header: list[bytes | np.ndarray] = [
-        b'{"model_name":%s,"model_version":%s,"outputs":[' % (_dumps(model), _dumps(VERSION))
+        b'{"model_name":%s,"model_version":"%s","outputs":[' % (_text(model), VERSION.encode())
     ]
     blobs = []
     shared: list[tuple[ShmRef, bytes]] = []
     for position, want in enumerate(request.outputs):
         array = np.ascontiguousarray(outputs[want.index])
-        item: dict[str, Any] = {
-            "name": specs[want.index].name,
-            "datatype": datatype_of(array.dtype),
-            "shape": list(array.shape),
-        }
+        # Written out rather than through json: a JSONEncoder made per object would cost the
+        # event loop more than all the rest of this for a small answer.
+        item = b'%s{"name":%s,"datatype":"%s","shape":[%s]' % (
+            b"," if position else b"",
+            _text(specs[want.index].name),
+            datatype_of(array.dtype).encode(),
+            ",".join(map(str, array.shape)).encode(),
+        )
         if want.shm is not None or want.binary:
             raw = serialize_bytes(array) if array.dtype.kind == "O" else array.tobytes()
-        comma = b"," if position else b""
         if want.shm is not None:
             # Name, datatype and shape only, as Triton answers (docs/serving-protocol.md §8.5):
             # perf_analyzer fails on a parameters object here.
             shared.append((want.shm, raw))
-            header.append(comma + _dumps(item))
+            header.append(item + b"}")
         elif want.binary:
             blobs.append(raw)
-            item["parameters"] = {"binary_data_size": len(raw)}
-            header.append(comma + _dumps(item))
+            header.append(item + b',"parameters":{"binary_data_size":%d}}' % len(raw))
         else:
-            header += [comma + _dumps(item)[:-1] + b',"data":', array.reshape(-1), b"}"]
-    identity = b"" if request.id is None else b',"id":' + _dumps(request.id)
+            header += [item + b',"data":', array.reshape(-1), b"}"]
+    identity = b"" if request.id is None else b',"id":' + _text(request.id)
     header.append(b"]" + identity + b"}")
-    size = sum(len(part) if isinstance(part, bytes) else json_bound(part) for part in header)
+    size = sum(len(part) if isinstance(part, bytes) else _json_bound(part) for part in header)
     if size > json_limit:
         raise RequestError(
             f"the outputs as JSON could take {size} bytes, over the limit of {json_limit} bytes "
