@@ -140,6 +140,29 @@ def test_clients_that_do_not_read_lose_their_connection_after_the_send_timeout(
     assert dropped[0].startswith("closed a connection whose client took nothing of its answers")
 
 
+def test_a_client_that_reads_slowly_keeps_its_connection(tmp_path: Path) -> None:
+    """The send timeout runs between two writes the kernel takes, not over the answers: a client
+    that takes ~3 MB of answers at ~1 MB/s outlasts a 1 s send timeout."""
+    served = Served(config(tmp_path, [], send_timeout_ms=1000))
+    try:
+        with served.client() as client:
+            scrape = len(client.request("GET", "/metrics").body)
+        count = 3 * 2**20 // scrape
+        with socket.socket(socket.AF_UNIX) as slow:
+            slow.settimeout(10)
+            slow.connect(served.socket)
+            slow.sendall(SCRAPE * count)
+            answers = b""
+            while answers.count(b"HTTP/1.1 200 ") < count:
+                chunk = slow.recv(65536)
+                assert chunk, f"dropped after {answers.count(b'HTTP/1.1 200 ')} answers"
+                answers += chunk
+                time.sleep(0.05)
+        assert served.service.server is not None and served.service.server.send_timeouts == 0
+    finally:
+        served.close()
+
+
 def test_answers_a_client_does_not_read_are_bounded_and_count_against_max_inflight_bytes(
     served: Served,
 ) -> None:
