@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -390,6 +391,29 @@ def test_json_values_are_written_a_slice_at_a_time_and_come_out_whole() -> None:
     assert data[responses.JSON_SLICE] == "NaN"
     data[responses.JSON_SLICE] = float(values[responses.JSON_SLICE])
     assert np.array_equal(np.array(data, np.float32), values, equal_nan=True)
+
+
+def test_outputs_too_large_for_json_leave_shared_memory_untouched(tmp_path: Path) -> None:
+    (tmp_path / "obj").write_bytes(bytes(16))
+    registry = SharedMemory(str(tmp_path))
+    try:
+        registry.register("r", "obj", 0, 16, 0)
+        in_region = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+        request = decode(
+            {
+                "inputs": [image([0] * 6), MASK_JSON],
+                "outputs": [{"name": "n", "parameters": in_region}, {"name": "out"}],
+            }
+        )
+        outputs = [np.zeros(200, np.float32), np.array([[7], [9]], np.int64)]
+        with pytest.raises(RequestError, match="max_json_output_bytes") as info:
+            responses.respond("m", request, outputs, IFACE.outputs, registry.peer(0), 1024)
+        assert info.value.status == 413
+        assert (tmp_path / "obj").read_bytes() == bytes(16)  # nothing half done
+        responses.respond("m", request, outputs, IFACE.outputs, registry.peer(0), 8192)
+        assert np.frombuffer((tmp_path / "obj").read_bytes(), np.int64).tolist() == [7, 9]
+    finally:
+        registry.close()
 
 
 json_values = st.recursive(
