@@ -12,15 +12,11 @@ as a handler asks for them (mcpd.serving.limits applies the body limits, budget 
 An answer sent before its request's body was read (413, 408) closes the connection after reading
 and dropping what the client still sends for up to `linger_s`, so that the client can read it.
 
-Answers a client does not read wait in the transport's buffer, and closing the connection waits
-for them to be sent: a client that sent requests and read nothing held its connection for good,
-and enough of them every connection (issue 26). So while answers wait, the client must take some
-of them every `send_timeout_s`, else the connection is dropped: the timeout runs between two
-writes the kernel accepts, not over a whole answer, as nginx's send_timeout does, so a slow
-reader of a large answer keeps its connection. Meanwhile no further pipelined request is answered
-and none is read, so what a connection buffers is bounded (the transport's high-water mark and one
-answer; the requests of one read); and those unsent bytes are held against the same
-max_inflight_bytes as request bodies (mcpd.serving.limits.Bodies).
+While a client does not read its answers (the transport pauses writing), no further pipelined
+request is answered and none is read, so what a connection buffers is bounded: the transport's
+high-water mark and one answer, and the requests of one read (issue 26: every pipelined request
+used to be answered into the buffer). mcpd.serving.sending holds those unsent bytes against
+max_inflight_bytes and drops a client that takes none of them for send_timeout_s.
 
 The connection is read into a buffer of its own (asyncio.BufferedProtocol), and the parser sees
 the bytes up to the end of each request's head; a body of known length then bypasses it, into the
@@ -32,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import urllib.parse
 from typing import cast
 
@@ -41,6 +36,7 @@ import httptools
 from mcpd.serving.limits import Bodies
 from mcpd.serving.request import Request
 from mcpd.serving.routes import Response, Router, error
+from mcpd.serving.sending import Sending
 
 MAX_HEADER_BYTES = 32768
 """The request line and header fields together; tritonclient's are a few hundred bytes."""
@@ -49,8 +45,6 @@ READ_BYTES = 16384
 head, or a small request whole; each connection holds a buffer of this size (4 MiB for the
 default 256 connections)."""
 END_OF_HEAD = b"\r\n\r\n"
-
-log = logging.getLogger(__name__)
 
 
 class HttpServer:
@@ -74,6 +68,10 @@ class HttpServer:
         self.closing = False
         self.send_timeouts = 0
         """Connections dropped because their client took nothing for send_timeout_s."""
+
+    def send_timed_out(self) -> int:
+        self.send_timeouts += 1
+        return self.send_timeouts
 
     def __call__(self) -> HttpProtocol:
         return HttpProtocol(self)
@@ -113,16 +111,13 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._view = memoryview(self._buffer)
         self._direct: Request | None = None
         """The request whose Content-Length body is being received without the parser."""
-        self._written = 0
-        """Bytes given to the transport, which sends what the kernel takes and keeps the rest."""
-        self._unsent = 0
-        """Of those, the bytes it kept when last looked at: held in the server's bodies."""
-        self._send_timer: asyncio.TimerHandle | None = None
+        self.sending = Sending(server.send_timeout_s, server.bodies, server.send_timed_out)
 
     # -- asyncio ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not asyncio's class
+        self.sending.transport = self.transport
         self.server.connections.add(self)
         self._expect_header(self.server.header_timeout_s)
 
@@ -200,18 +195,16 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._closed = True
         self.server.connections.discard(self)
         self._cancel_timer()
-        if self._send_timer is not None:
-            self._send_timer.cancel()
         if self.task is not None:
             self.task.cancel()  # the handler takes its request out of the model's queue
         self.transport = None
-        self._hold_unsent()
+        self.sending.lost()
 
     def pause_writing(self) -> None:
         self.pause("writing")  # a client that does not read gets no further answers
 
     def resume_writing(self) -> None:
-        self._hold_unsent()
+        self.sending.look()
         self.resume("writing")
         self._answer_next()
 
@@ -326,45 +319,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
     def write(self, data: bytes | bytearray) -> None:
         if self.transport is not None:
             self.transport.write(data)
-            self._wrote(len(data))
-
-    def _wrote(self, size: int) -> None:
-        self._written += size
-        self._hold_unsent()
-        if self._unsent and self._send_timer is None:
-            self._expect_sending()
-
-    def _hold_unsent(self) -> None:
-        """Hold what the transport keeps unsent (nothing once the connection is lost) in the
-        server's bodies: looked at after each write, when the transport resumes writing and on
-        each send timeout, so up to a high-water mark of bytes already sent may still be held
-        until then."""
-        unsent = 0 if self.transport is None else self.transport.get_write_buffer_size()
-        self.server.bodies.hold_unsent(unsent - self._unsent)
-        self._unsent = unsent
-
-    def _expect_sending(self) -> None:
-        """Drop the connection unless the client takes some of what waits within send_timeout_s."""
-        self._send_timer = asyncio.get_running_loop().call_later(
-            self.server.send_timeout_s, self._check_sending, self._written - self._unsent
-        )
-
-    def _check_sending(self, sent_before: int) -> None:
-        self._send_timer = None
-        self._hold_unsent()
-        if self.transport is None or not self._unsent:
-            return
-        if self._written - self._unsent > sent_before:
-            self._expect_sending()
-            return
-        self.server.send_timeouts += 1
-        log.warning(
-            "closed a connection whose client took nothing of its answers for %g s "
-            "([daemon] send_timeout_ms); %d so far",
-            self.server.send_timeout_s,
-            self.server.send_timeouts,
-        )
-        self.transport.abort()
+            self.sending.wrote(len(data))
 
     def pause(self, reason: str) -> None:
         if not self._paused and self.transport is not None:
