@@ -3,26 +3,31 @@
     .venv/bin/python bench/hostile.py [--seconds 60] [--rounds 1] [--only KIND ...]
 
 Runs `mcpd run --simulate jetson-orin-nano` (sustained full load, thermal time 4x) serving the
-bundled demo model, with the descriptor limit at 1 024 as on a stock system, twice, one after the
-other: quiet (one polite client), then hostile (the same polite client, plus for the whole run:
-1 100 connections that send half a request header and wait, reconnecting when closed; 4 clients
-sending 60 MB JSON bodies and 8 sending 60 MB binary bodies; 4 clients sending valid JSON requests
-just under max_json_bytes; and a client registering shared memory, shrinking it and inferring from
-it, and registering keys with NULs, paths and symlinks). Reports per run: the control loop's sample
+bundled demo model and `spread` (one value in, 4 million out), with `[metrics] listen` on, the
+descriptor limit at 1 024 as on a stock system, and, for the command flood, MQTT commands on
+through a local mosquitto; twice, one after the other: quiet (one polite client inferring, one
+scraping /metrics once a second), then hostile (the same, plus for the whole run: 1 100
+connections that send half a request header and wait, reconnecting when closed; 4 clients sending
+60 MB JSON bodies and 8 sending 60 MB binary bodies; 4 clients sending valid JSON requests just
+under max_json_bytes; a client registering shared memory, shrinking it and inferring from it, and
+registering keys with NULs, paths and symlinks; 8 clients on the socket and 8 on the metrics port
+that pipeline scrapes and never read, reconnecting when dropped; 4 clients asking for the demo
+model to be loaded again, over and over; 4 clients asking for `spread`'s answer as JSON; and a
+flood of MQTT commands, refused or doing nothing). Reports per run: the control loop's sample
 lateness (status document, whole run), the simulated die temperature (the plant's true state, last
-half of the run), the daemon's peak RSS, and what each kind of client got back; with --rounds N,
-quiet and hostile runs alternate N times and the report gives the medians over rounds.
+half of the run), the governor's and the serving process's peak RSS, and what each kind of client
+got back; with --rounds N, quiet and hostile runs alternate N times and the report gives the
+medians over rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import http.client
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +36,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,22 +46,59 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.hostile_clients import (
+    LOAD,
+    SPREAD_WIDTH,
+    big_bodies,
+    command_flood,
+    exchange,
+    json_near_limit,
+    never_reading,
+    repeat,
+    shm_tricks,
+    slow_header,
+    spread_json,
+)
 from mcpd.client import Client, ServerError
 from mcpd.demo import MODEL
+from mcpd.serving.service import METRICS_CONNECTIONS
 from mcpd.sim import MEMORY_DIR, STATE_FILE
+from tests.mqtt_broker import Mosquitto, free_port
+from tests.serving_models import spread
 
-HEAD = b"POST /v2/models/demo/infer HTTP/1.1\r\nHost: mcpd\r\n"
-BIG = 60 * 2**20
 DAEMON_NOFILE = 1024
+DEVICE = "bench"
+"""The daemon's MQTT device id: its commands are mcpd/bench/cmd/<name>."""
+NEVER_READING = METRICS_CONNECTIONS
+"""Clients that never read, on the socket and as many on the metrics port: enough to take every
+connection of the port."""
+
+
+@dataclass(frozen=True)
+class Daemon:
+    process: subprocess.Popen[bytes]
+    sock: Path
+    board: Path
+    metrics_port: int
+    broker_port: int | None
 
 
 @contextmanager
-def daemon(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
-    sock, board = folder / "mcpd.sock", folder / "board"
+def daemon(folder: Path, broker_port: int | None) -> Iterator[Daemon]:
+    sock, board, metrics_port = folder / "mcpd.sock", folder / "board", free_port()
+    mqtt = (
+        f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker_port}\n'
+        f'device_id = "{DEVICE}"\ncommands_enabled = true\n'
+        if broker_port is not None
+        else ""
+    )
     config = folder / "mcpd.toml"
     config.write_text(
         f'[daemon]\nsocket = "{sock}"\nstate_dir = "{folder / "state"}"\n'
+        f'[metrics]\nlisten = "127.0.0.1:{metrics_port}"\n{mqtt}'
         f'[[models]]\nname = "demo"\npath = "{MODEL}"\nmax_batch = 8\n'
+        f'[[models]]\nname = "spread"\npath = "{spread(folder / "spread.onnx", SPREAD_WIDTH)}"\n'
+        "max_batch = 1\n"
     )
     command = [
         sys.executable,
@@ -85,12 +128,12 @@ def daemon(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]
         while True:
             if sock.exists():
                 with Client(str(sock), timeout=10) as client:
-                    if client.model_ready("demo"):
+                    if client.model_ready("demo") and client.model_ready("spread"):
                         break
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((folder / "daemon.log").read_text())
             time.sleep(0.2)
-        yield process, sock, board
+        yield Daemon(process, sock, board, metrics_port, broker_port)
     finally:
         process.terminate()
         process.wait(60)
@@ -133,115 +176,46 @@ def polite(
     client.close()
 
 
-async def exchange(path: Path, data: bytes, outcomes: Counter[str]) -> None:
-    """Send `data` (as far as the server takes it) and count the status it answers with; raw
-    sockets, so that an answer sent before the server closed is read even after a failed send."""
-    loop = asyncio.get_running_loop()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.setblocking(False)
+def scraper(port: int, stop: threading.Event, outcomes: Counter[str]) -> None:
+    """GET /metrics on the `[metrics] listen` port once a second with Prometheus' default 10 s
+    timeout, as the board's Prometheus would."""
+    while not stop.wait(1.0):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
-            await loop.sock_connect(sock, str(path))
-            sock.getpeername()  # asyncio reports a connect that failed with EAGAIN as done
+            connection.request("GET", "/metrics")
+            outcomes[str(connection.getresponse().status)] += 1
         except OSError as exc:
-            outcomes[f"not connected: {exc.strerror or type(exc).__name__}"] += 1
-            return
-        with contextlib.suppress(OSError):  # answered and closed early: read the answer below
-            await loop.sock_sendall(sock, data)
-        answer = b""
-        with contextlib.suppress(OSError):
-            while b"\r\n" not in answer and (chunk := await loop.sock_recv(sock, 4096)):
-                answer += chunk
-        outcomes[answer.split(b" ")[1].decode() if answer.count(b" ") >= 2 else "closed"] += 1
+            outcomes[type(exc).__name__] += 1
+        finally:
+            connection.close()
 
 
-async def slow_header(sock: Path, stop: asyncio.Event, outcomes: Counter[str]) -> None:
-    while not stop.is_set():
-        await exchange(sock, HEAD[:30], outcomes)  # returns when the server answers or closes
-
-
-async def repeat(stop: asyncio.Event, make: object, *args: object) -> None:
-    while not stop.is_set():
-        await make(*args)  # type: ignore[operator]
-
-
-def json_near_limit() -> bytes:
-    """A valid batch-2 request whose JSON is just under the default max_json_bytes (256 KiB)."""
-    data = ",".join(["0.1234567"] * (2 * 3 * 64 * 64))
-    body = (
-        '{"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, 3, 64, 64], "data": ['
-        + data
-        + "]}]}"
-    ).encode()
-    return HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
-
-
-def big_bodies() -> tuple[bytes, bytes]:
-    json_body = HEAD + f"Content-Length: {BIG}\r\n\r\n".encode() + b"[" + b"0.5," * (BIG // 4 - 1)
-    header = b'{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 64, 64], "parameters": {"binary_data_size": 49152}}]}'
-    binary = (
-        HEAD
-        + f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {BIG}\r\n\r\n".encode()
-        + header
-        + bytes(BIG - len(header))
-    )
-    return json_body, binary
-
-
-async def shm_tricks(sock: Path, stop: asyncio.Event, outcomes: Counter[str]) -> None:
-    key = f"mcpd-bench-hostile-{os.getpid()}"
-    obj = Path("/dev/shm") / key
-    link = Path("/dev/shm") / f"{key}-link"
-    infer = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "image",
-                    "datatype": "FP32",
-                    "shape": [1, 3, 64, 64],
-                    "parameters": {"shared_memory_region": "h", "shared_memory_byte_size": 49152},
-                }
-            ]
-        }
-    ).encode()
-
-    def post(target: str, body: bytes = b"") -> bytes:
-        return (
-            f"POST {target} HTTP/1.1\r\nHost: mcpd\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-
-    region = "/v2/systemsharedmemory/region"
-    link.unlink(missing_ok=True)
-    link.symlink_to(obj)
-    try:
-        while not stop.is_set():
-            obj.write_bytes(bytes(49152))
-            await exchange(
-                sock,
-                post(f"{region}/h/register", json.dumps({"key": key, "byte_size": 49152}).encode()),
-                outcomes,
-            )
-            os.truncate(obj, 100)  # shrink it under the daemon
-            await exchange(sock, post("/v2/models/demo/infer", infer), outcomes)
-            await exchange(sock, post(f"{region}/h/unregister"), outcomes)
-            for bad in (f"{key}\u0000x", "../etc/passwd", link.name):
-                await exchange(
-                    sock,
-                    post(f"{region}/b/register", json.dumps({"key": bad, "byte_size": 8}).encode()),
-                    outcomes,
-                )
-    finally:
-        obj.unlink(missing_ok=True)
-        link.unlink(missing_ok=True)
-
-
-KINDS = ("slow header", "60 MB JSON", "60 MB binary", "256 KiB JSON", "shm tricks")
+KINDS = (
+    "slow header",
+    "60 MB JSON",
+    "60 MB binary",
+    "256 KiB JSON",
+    "shm tricks",
+    "never reading",
+    "load flood",
+    "large JSON outputs",
+    "command flood",
+)
 
 
 def hostile(
-    sock: Path, stop: threading.Event, outcomes: dict[str, Counter[str]], kinds: tuple[str, ...]
+    daemon: Daemon, stop: threading.Event, outcomes: dict[str, Counter[str]], kinds: tuple[str, ...]
 ) -> None:
-    near, (big_json, big_binary) = json_near_limit(), big_bodies()
+    sock, scrapes = daemon.sock, ("127.0.0.1", daemon.metrics_port)
+    near, (big_json, big_binary), spread = json_near_limit(), big_bodies(), spread_json()
+    commands = None
+    if "command flood" in kinds:
+        assert daemon.broker_port is not None
+        commands = threading.Thread(
+            target=command_flood,
+            args=(daemon.broker_port, f"mcpd/{DEVICE}", stop, outcomes["command flood"]),
+        )
+        commands.start()
 
     async def main() -> None:
         done = asyncio.Event()
@@ -257,13 +231,28 @@ def hostile(
                 repeat(done, exchange, sock, near, outcomes["256 KiB JSON"]) for _ in range(4)
             ],
             "shm tricks": [shm_tricks(sock, done, outcomes["shm tricks"])],
+            "never reading": [
+                never_reading(address, done, outcomes["never reading"])
+                for address in (sock, scrapes)
+                for _ in range(NEVER_READING)
+            ],
+            "load flood": [
+                repeat(done, exchange, sock, LOAD, outcomes["load flood"]) for _ in range(4)
+            ],
+            "large JSON outputs": [
+                repeat(done, exchange, sock, spread, outcomes["large JSON outputs"])
+                for _ in range(4)
+            ],
         }
-        for kind in KINDS:
+        for kind in every:
             if kind not in kinds:
-                for unused in every.pop(kind):
+                for unused in every[kind]:
                     unused.close()
         running = [
-            asyncio.ensure_future(client) for clients in every.values() for client in clients
+            asyncio.ensure_future(client)
+            for kind, clients in every.items()
+            if kind in kinds
+            for client in clients
         ]
         await asyncio.get_running_loop().run_in_executor(None, stop.wait)
         done.set()
@@ -272,41 +261,49 @@ def hostile(
         await asyncio.gather(*running, return_exceptions=True)
 
     asyncio.run(main())
+    if commands is not None:
+        commands.join(30)
 
 
 # -- one run -------------------------------------------------------------------------------------
 
 
-def run(seconds: float, kinds: tuple[str, ...]) -> dict[str, object]:
+def run(seconds: float, kinds: tuple[str, ...], broker_port: int | None) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="mcpd-hostile-", dir=MEMORY_DIR) as name:
         folder = Path(name)
-        with daemon(folder) as (process, sock, board):
+        with daemon(folder, broker_port) as served:
             stop = threading.Event()
             polite_outcomes: Counter[str] = Counter()
+            scrapes: Counter[str] = Counter()
             latencies: list[float] = []
             hostile_outcomes: dict[str, Counter[str]] = {kind: Counter() for kind in KINDS}
             threads = [
-                threading.Thread(target=polite, args=(sock, stop, polite_outcomes, latencies))
+                threading.Thread(
+                    target=polite, args=(served.sock, stop, polite_outcomes, latencies)
+                ),
+                threading.Thread(target=scraper, args=(served.metrics_port, stop, scrapes)),
             ]
             if kinds:
                 threads.append(
-                    threading.Thread(target=hostile, args=(sock, stop, hostile_outcomes, kinds))
+                    threading.Thread(target=hostile, args=(served, stop, hostile_outcomes, kinds))
                 )
             for thread in threads:
                 thread.start()
             temperatures: list[float] = []
-            rss: list[float] = []
-            info = psutil.Process(process.pid)
+            governor_rss: list[float] = []
+            serving_rss: list[float] = []
+            governor = psutil.Process(served.process.pid)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(1.0)
-                temperatures.append(json.loads((board / STATE_FILE).read_text())["die_c"])
-                rss.append(info.memory_info().rss / 2**20)
+                temperatures.append(json.loads((served.board / STATE_FILE).read_text())["die_c"])
+                governor_rss.append(governor.memory_info().rss / 2**20)
+                serving_rss.append(sum(rss_mb(child) for child in governor.children()))
             stop.set()
             for thread in threads:
                 thread.join(120)
-            document = status(sock)
-            alive = process.poll() is None
+            document = status(served.sock)
+            alive = served.process.poll() is None
             log = (folder / "daemon.log").read_text()
         settled = temperatures[len(temperatures) // 2 :]
         return {
@@ -316,14 +313,24 @@ def run(seconds: float, kinds: tuple[str, ...]) -> dict[str, object]:
                 "mean_last_half": round(statistics.mean(settled), 1),
                 "max": max(temperatures),
             },
-            "rss_mb_max": round(max(rss), 1),
+            "governor_rss_mb_max": round(max(governor_rss), 1),
+            "serving_rss_mb_max": round(max(serving_rss), 1),
             "polite": dict(polite_outcomes),
             "polite_p50_ms": round(statistics.median(latencies) * 1000, 2) if latencies else None,
+            "scrapes": dict(scrapes),
             "hostile": {kind: dict(hostile_outcomes[kind]) for kind in kinds},
             "daemon_alive": alive,
             "log_lines": len(log.splitlines()),
             "emfile_lines": log.count("Too many open files"),
         }
+
+
+def rss_mb(process: psutil.Process) -> float:
+    """0 for a serving process that has just exited (the governor starts another)."""
+    try:
+        return float(process.memory_info().rss / 2**20)
+    except psutil.Error:
+        return 0.0
 
 
 def json_parse_ms_per_mib() -> float:
@@ -339,11 +346,13 @@ def json_parse_ms_per_mib() -> float:
 
 
 def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Median over rounds of each lateness figure, of the die's peak and of the daemon's RSS."""
+    """Median over rounds of each lateness figure, of the die's peak and of the two processes'
+    RSS."""
     lateness = [run["loop"]["sample_lateness"] for run in runs]
     summary = {key: statistics.median(x[key] for x in lateness) for key in lateness[0]}
     summary["die_c_max"] = statistics.median(run["die_c"]["max"] for run in runs)
-    summary["rss_mb_max"] = statistics.median(run["rss_mb_max"] for run in runs)
+    for rss in ("governor_rss_mb_max", "serving_rss_mb_max"):
+        summary[rss] = statistics.median(run[rss] for run in runs)
     return summary
 
 
@@ -361,7 +370,16 @@ def main() -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attackers' own 1 100 sockets
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    runs = [run(args.seconds, attack) for _ in range(args.rounds) for attack in ((), kinds)]
+    with ExitStack() as stack:
+        broker_port = None
+        if "command flood" in kinds:  # for the quiet runs too, so that only the attack differs
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcpd-broker-")))
+            broker_port = stack.enter_context(Mosquitto(folder)).port
+        runs = [
+            run(args.seconds, attack, broker_port)
+            for _ in range(args.rounds)
+            for attack in ((), kinds)
+        ]
     report = {
         "started": started,
         "load_average_at_end": os.getloadavg(),

@@ -62,10 +62,12 @@ class DaemonSection:
     runtime_dir: str = "/run/mcpd"
     max_request_bytes: Bytes = 64 * 2**20
     max_json_bytes: Bytes = 256 * 2**10
+    max_json_output_bytes: Bytes = 16 * 2**20
     max_inflight_bytes: Annotated[int, Check(ge=1024, le=2**36)] = 256 * 2**20
     max_connections: Annotated[int, Check(ge=1, le=1_000_000)] = 256
     header_timeout_ms: Timeout = 10_000
     body_timeout_ms: Timeout = 30_000
+    send_timeout_ms: Timeout = 10_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 

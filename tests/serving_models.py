@@ -41,6 +41,22 @@ def scale(path: Path, batch: int | str = "N", width: int = 4) -> Path:
     )
 
 
+def spread(path: Path, width: int) -> Path:
+    """A small request, a large answer: x FP32 [N, 1] -> wide = x repeated [N, width]."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, width])
+    nodes = [
+        helper.make_node("Constant", [], ["s"], value=shape),
+        helper.make_node("Expand", ["x", "s"], ["wide"]),
+    ]
+    info = helper.make_tensor_value_info
+    return _save(
+        nodes,
+        [info("x", TensorProto.FLOAT, ["N", 1])],
+        [info("wide", TensorProto.FLOAT, ["N", width])],
+        path,
+    )
+
+
 def mixed(path: Path) -> Path:
     """Three datatypes: a INT64 [N,2] -> a3 = 3a; b UINT8 [N,2] -> b_out = b; flag BOOL [N,1] ->
     flag_not = not flag."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcpd import config as config_module
-from mcpd.governor.standin import StandIn
+from mcpd.governor.standin import HEAD_S, MAX_CONNECTIONS, StandIn
 from mcpd.listen import SocketError, bind_tcp, bind_tcp_listeners, tcp_address
 from mcpd.serving.service import METRICS_CONNECTIONS
 from tests.mqtt_broker import free_port
@@ -115,6 +115,38 @@ def test_during_a_crash_loop_the_metrics_port_answers_503_and_nothing_else(tmp_p
         standin.close()
         unix.close()
         metrics.close()
+
+
+def test_clients_that_do_not_read_cannot_hold_the_stand_in(tmp_path: Path) -> None:
+    """The stand-in answers each connection once without waiting to send, reads and drops what
+    follows, and drops each connection HEAD_S after it came (the oldest at once past
+    MAX_CONNECTIONS): a client that pipelines requests and reads nothing holds nothing."""
+    path = str(tmp_path / "s.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(path)
+    unix.listen(MAX_CONNECTIONS + 16)
+    unix.setblocking(False)
+    clock = Clock()
+    standin = StandIn([unix], lambda: {"temperature_c": 70.0}, lambda: ("exited", 4.0), clock)
+    hogs = []
+    try:
+        for _ in range(MAX_CONNECTIONS + 8):
+            hog = socket.socket(socket.AF_UNIX)
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+            hog.connect(path)
+            hog.sendall(b"GET /v2/mcpd/status HTTP/1.1\r\n\r\n" * 200)
+            hogs.append(hog)
+        document = ask(standin, path, b"GET /v2/mcpd/status HTTP/1.1\r\n\r\n")
+        assert document.startswith("HTTP/1.1 200 ") and document.endswith('{"temperature_c": 70.0}')
+        assert len(standin.fds()) <= 1 + MAX_CONNECTIONS
+        clock.now += HEAD_S
+        standin.expire()
+        assert standin.fds() == [unix.fileno()]
+    finally:
+        standin.close()
+        for hog in hogs:
+            hog.close()
+        unix.close()
 
 
 def test_the_metrics_port_has_a_connection_cap_of_its_own(

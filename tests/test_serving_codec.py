@@ -4,6 +4,8 @@ ever escapes, whatever the bytes (hypothesis)."""
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpd.serving import codec
+from mcpd.serving import codec, responses
 from mcpd.serving.errors import RequestError
 from mcpd.serving.shm import SharedMemory
-from mcpd.serving.tensors import DTYPES, TensorSpec, serialize_bytes
+from mcpd.serving.tensors import DTYPES, TensorSpec, datatype_of, serialize_bytes
 
 IMAGE = TensorSpec("image", "FP32", (-1, 3, 2))
 MASK = TensorSpec("mask", "UINT8", (-1, 3))
@@ -22,6 +24,15 @@ IFACE = codec.Interface(
     (IMAGE, MASK), (TensorSpec("out", "FP32", (-1,)), TensorSpec("n", "INT64", (-1, 1))), 4, 4096
 )
 SHM = SharedMemory().peer(0)
+
+
+def respond(
+    model: str,
+    request: codec.InferRequest,
+    outputs: list[np.ndarray],
+    specs: tuple[TensorSpec, ...],
+) -> tuple[bytes, int | None]:
+    return responses.respond(model, request, outputs, specs, SHM, 2**20).encode()
 
 
 def body(header: dict[str, Any], *blobs: bytes) -> tuple[bytes, int | None]:
@@ -257,7 +268,7 @@ def test_encode_json_and_binary_outputs() -> None:
     )
     out = np.array([0.5, 1.5], np.float32)
     n = np.array([[7], [9]], np.int64)
-    payload, length = codec.encode("m", request, [out, n], IFACE.outputs, SHM)
+    payload, length = respond("m", request, [out, n], IFACE.outputs)
     assert length is not None
     header = json.loads(payload[:length])
     assert header == {
@@ -275,8 +286,8 @@ def test_encode_json_and_binary_outputs() -> None:
         ],
     }
     assert np.frombuffer(payload[length:], np.int64).tolist() == [7, 9]
-    only_json, no_length = codec.encode(
-        "m", decode({"inputs": [image([0] * 6), MASK_JSON]}), [out, n], IFACE.outputs, SHM
+    only_json, no_length = respond(
+        "m", decode({"inputs": [image([0] * 6), MASK_JSON]}), [out, n], IFACE.outputs
     )
     assert no_length is None
     assert json.loads(only_json)["outputs"][1]["data"] == [7, 9]
@@ -312,8 +323,97 @@ def test_binary_round_trip_for_every_fixed_size_datatype(case: tuple[str, int, i
     head = json.dumps({"inputs": [item], "parameters": {"binary_data_output": True}}).encode()
     request = codec.decode(head + array.tobytes(), len(head), iface, SHM)
     assert request.inputs[0].tobytes() == array.tobytes()
-    payload, length = codec.encode("m", request, [request.inputs[0]], (spec,), SHM)
+    payload, length = respond("m", request, [request.inputs[0]], (spec,))
     assert length is not None and payload[length:] == array.tobytes()
+
+
+def extremes(dtype: np.dtype[Any]) -> list[Any]:
+    """The values of a datatype with the longest JSON text."""
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        return [info.min, -info.smallest_subnormal, -info.tiny / 3, np.nan, -np.inf, -1 / 3]
+    if dtype.kind in "iu":
+        return [np.iinfo(dtype).min, np.iinfo(dtype).max]
+    return [False, True]
+
+
+def json_answer(values: np.ndarray, identity: str | None = None) -> tuple[bytes, int]:
+    """The JSON header of an answer with `values` as its one output, and its bound."""
+    spec = TensorSpec("y", datatype_of(values.dtype), (-1,))
+    request = codec.InferRequest(identity, (), (codec.Wanted(0, False, None),), None)
+    response = responses.respond("m", request, [values], (spec,), SHM, 2**30)
+    header, length = response.encode()
+    assert length is None
+    return header, response.json_bytes
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(name for name in DTYPES if name != "BYTES")),
+    st.binary(max_size=64),
+    st.text(max_size=8) | st.none(),
+)
+def test_the_json_bound_is_never_below_the_json(
+    name: str, seed: bytes, identity: str | None
+) -> None:
+    dtype = DTYPES[name]
+    raw = seed[: len(seed) // dtype.itemsize * dtype.itemsize]
+    values = np.concatenate([np.frombuffer(raw, dtype), np.array(extremes(dtype), dtype)])
+    header, bound = json_answer(values, identity)
+    assert len(header) <= bound
+    expected = values.tolist()
+    if dtype.kind == "f":
+        expected = [v if math.isfinite(v) else responses.NON_FINITE.get(v, "NaN") for v in expected]
+    assert json.loads(header)["outputs"][0]["data"] == expected
+
+
+@pytest.mark.parametrize("name", sorted(name for name in DTYPES if name != "BYTES"))
+def test_the_json_bound_holds_for_the_longest_values_alone(name: str) -> None:
+    dtype = DTYPES[name]
+    longest = max(extremes(dtype), key=lambda v: len(json.dumps(np.array(v, dtype).tolist())))
+    header, bound = json_answer(np.full(100, longest, dtype))
+    assert len(header) <= bound
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(), max_size=6))
+def test_the_json_bound_of_strings_is_never_below_the_json(texts: list[str]) -> None:
+    texts += ['\U0001f600\x01"\\\u2028']
+    header, bound = json_answer(np.array(texts, dtype=object))
+    assert len(header) <= bound
+    assert json.loads(header)["outputs"][0]["data"] == texts
+
+
+def test_json_values_are_written_a_slice_at_a_time_and_come_out_whole() -> None:
+    values = np.arange(3 * responses.JSON_SLICE + 5, dtype=np.float32) / 7
+    values[responses.JSON_SLICE] = np.nan
+    data = json.loads(json_answer(values)[0])["outputs"][0]["data"]
+    assert data[responses.JSON_SLICE] == "NaN"
+    data[responses.JSON_SLICE] = float(values[responses.JSON_SLICE])
+    assert np.array_equal(np.array(data, np.float32), values, equal_nan=True)
+
+
+def test_outputs_too_large_for_json_leave_shared_memory_untouched(tmp_path: Path) -> None:
+    (tmp_path / "obj").write_bytes(bytes(16))
+    registry = SharedMemory(str(tmp_path))
+    try:
+        registry.register("r", "obj", 0, 16, 0)
+        in_region = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+        request = decode(
+            {
+                "inputs": [image([0] * 6), MASK_JSON],
+                "outputs": [{"name": "n", "parameters": in_region}, {"name": "out"}],
+            }
+        )
+        outputs = [np.zeros(200, np.float32), np.array([[7], [9]], np.int64)]
+        with pytest.raises(RequestError, match="max_json_output_bytes") as info:
+            responses.respond("m", request, outputs, IFACE.outputs, registry.peer(0), 1024)
+        assert info.value.status == 413
+        assert (tmp_path / "obj").read_bytes() == bytes(16)  # nothing half done
+        responses.respond("m", request, outputs, IFACE.outputs, registry.peer(0), 8192)
+        assert np.frombuffer((tmp_path / "obj").read_bytes(), np.int64).tolist() == [7, 9]
+    finally:
+        registry.close()
 
 
 json_values = st.recursive(
@@ -402,7 +502,7 @@ def test_bytes_round_trip_as_text(texts: list[str]) -> None:
     head = json.dumps({"inputs": [item], "parameters": {"binary_data_output": True}}).encode()
     request = codec.decode(head + raw, len(head), TEXT_IFACE, SHM)
     assert request.inputs[0].reshape(-1).tolist() == texts  # str, as onnxruntime takes them
-    payload, length = codec.encode("m", request, [request.inputs[0]], (TEXT,), SHM)
+    payload, length = respond("m", request, [request.inputs[0]], (TEXT,))
     assert length is not None and payload[length:] == raw
 
 

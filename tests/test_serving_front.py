@@ -287,8 +287,8 @@ def test_a_whole_body_received_at_once_before_its_handler_runs_does_not_stall_th
         sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n")
         reader = Reader(sock)
         assert reader.response()[0] == 200
-        assert served.service._server is not None
-        (protocol,) = served.service._server.connections
+        assert served.service.server is not None
+        (protocol,) = served.service.server.connections
         body = b"x" * (UNCLAIMED_BYTES + 1000)
         data = b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
         served.loop.call_soon_threadsafe(protocol.data_received, data)

@@ -1,10 +1,11 @@
 """What clients together may take: connections (a cap under the descriptor limit, 503 beyond it),
-time (header and body timeouts), memory (request bodies alone and together, JSON apart) and log
-lines (throttled). The last test is the reproduction: a flood of half-sent requests against the
-real daemon no longer stops it from writing caps."""
+time (header, body and send timeouts), memory (request bodies and unread answers alone and
+together, JSON apart) and log lines (throttled). The flood test is the reproduction: a flood of
+half-sent requests against the real daemon no longer stops it from writing caps."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -14,10 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import numpy as np
 import psutil
@@ -25,12 +29,18 @@ import pytest
 
 from mcpd.client import Client
 from mcpd.serving.connections import RESERVED_DESCRIPTORS, connection_cap
+from mcpd.serving.http import READ_BYTES
 from mcpd.serving.limits import Throttle
+from mcpd.serving.responses import InferResponse
+from mcpd.serving.service import METRICS_CONNECTIONS
 from tests.conftest import PROJECT
-from tests.serving_models import scale
+from tests.mqtt_broker import free_port
+from tests.serving_models import scale, spread
 from tests.serving_server import Served, config
+from tests.test_serving_front import Reader
 
 HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
+SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 @pytest.fixture
@@ -84,6 +94,117 @@ def test_over_the_cap_clients_wait_until_the_header_timeout_frees_a_connection(
     capped = [r for r in caplog.records if "new connections wait" in r.getMessage()]
     assert len(capped) == 1  # throttled: one line per 10 s
     assert capped[0].getMessage().startswith("4 client connections are open")
+
+
+def unread(address: str | tuple[str, int]) -> socket.socket:
+    """A client that pipelines requests for as long as the server takes them and never reads an
+    answer."""
+    sock = socket.socket(socket.AF_UNIX if isinstance(address, str) else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's least
+    sock.settimeout(10)
+    sock.connect(address)
+    sock.setblocking(False)
+    with contextlib.suppress(OSError):  # full, or already dropped by the server
+        while True:
+            sock.send(SCRAPE * 64)
+    return sock
+
+
+def test_clients_that_do_not_read_lose_their_connection_after_the_send_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clients that sent requests and read nothing held their connections for good: closing one
+    waited for its answers to be sent. Enough of them took every connection of the socket and of
+    the metrics port (issue 26: a new client had no answer in 40 s)."""
+    port = free_port()
+    limits = {"max_connections": 4, "header_timeout_ms": 500, "send_timeout_ms": 500}
+    served = Served(config(tmp_path, [], metrics=f"127.0.0.1:{port}", **limits))
+    try:
+        with ExitStack() as stack:
+            listeners = ((served.socket, 4), (("127.0.0.1", port), METRICS_CONNECTIONS))
+            for address, cap in listeners:
+                for _ in range(cap):
+                    stack.enter_context(unread(address))
+            for address, _ in listeners:
+                # Waits in the backlog until the send timeout drops a client that does not read.
+                family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+                with socket.socket(family) as waiting:
+                    waiting.settimeout(30)
+                    waiting.connect(address)
+                    waiting.sendall(SCRAPE)
+                    assert waiting.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        served.close()
+    dropped = [r.getMessage() for r in caplog.records if "send_timeout_ms" in r.getMessage()]
+    assert len(dropped) == 1, dropped  # throttled: one line per 10 s
+    assert dropped[0].startswith("closed a connection whose client took nothing of its answers")
+
+
+def test_a_client_that_reads_slowly_keeps_its_connection(tmp_path: Path) -> None:
+    """The send timeout runs between two writes the kernel takes, not over the answers: a client
+    that takes ~3 MB of answers at ~1 MB/s outlasts a 1 s send timeout."""
+    served = Served(config(tmp_path, [], send_timeout_ms=1000))
+    try:
+        with served.client() as client:
+            scrape = len(client.request("GET", "/metrics").body)
+        count = 3 * 2**20 // scrape
+        with socket.socket(socket.AF_UNIX) as slow:
+            slow.settimeout(10)
+            slow.connect(served.socket)
+            slow.sendall(SCRAPE * count)
+            answers = b""
+            while answers.count(b"HTTP/1.1 200 ") < count:
+                chunk = slow.recv(65536)
+                assert chunk, f"dropped after {answers.count(b'HTTP/1.1 200 ')} answers"
+                answers += chunk
+                time.sleep(0.05)
+        assert served.service.server is not None and served.service.server.send_timeouts == 0
+    finally:
+        served.close()
+
+
+def test_answers_a_client_does_not_read_are_bounded_and_count_against_max_inflight_bytes(
+    served: Served,
+) -> None:
+    """A client that pipelined requests and read nothing had every one of them answered into the
+    transport's buffer, uncounted, and the requests still to answer grew too (issue 26: 92 MiB
+    buffered and 380 000 requests queued on 16 connections in 11 s)."""
+    with served.client() as client:
+        scrape = len(client.request("GET", "/metrics").body)
+    bodies, server = served.service.endpoints.bodies, served.service.server
+    assert server is not None
+
+    async def waiting() -> tuple[int, list[tuple[int, int]]]:
+        """Between the event loop's steps: what is held, and each connection that has requests
+        to answer but answers none: how many, and the bytes it keeps unsent."""
+        return bodies.held, [
+            (len(c.pipeline), c.transport.get_write_buffer_size())
+            for c in server.connections
+            if c.pipeline and c.task is None and c.transport is not None
+        ]
+
+    with socket.socket(socket.AF_UNIX) as hog:
+        hog.settimeout(10)
+        hog.connect(served.socket)
+        hog.sendall(SCRAPE * 2000)  # 68 kB: more than one read
+        # Answered until the transport holds more than its high-water mark, then no more.
+        deadline = time.monotonic() + 10
+        while not (state := served.call(waiting()))[1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        held, [(queued, unsent)] = state
+        assert 10000 < held == unsent <= 65536 + 2 * scrape
+        assert queued <= READ_BYTES // len(SCRAPE) + 1  # the requests of one read at most
+        status, message = post(served, b"x" * 100, **{"Inference-Header-Content-Length": "10"})
+        assert status == 503
+        assert "busy: requests in flight hold" in message
+        # Once the client reads, the rest is answered, in order.
+        reader = Reader(hog)
+        assert all(reader.response()[0] == 200 for _ in range(2000))
+    deadline = time.monotonic() + 10
+    while bodies.held:  # given back when the connection closes
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408(served: Served) -> None:
@@ -265,3 +386,81 @@ def test_a_reload_applies_the_body_limits_at_once(served: Served) -> None:
     served.call(served.service.reload(looser))
     status, message = post(served, body)
     assert status == 400 and "inputs must be a non-empty list" in message
+
+
+def spreading(tmp_path: Path, width: int, **limits: Any) -> Served:
+    """Serving `s`: one value in, `width` values out."""
+    models = [{"name": "s", "path": str(spread(tmp_path / "spread.onnx", width))}]
+    server = Served(config(tmp_path, models, **limits))
+    server.wait_settled()
+    return server
+
+
+def spread_request(**parameters: object) -> bytes:
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [0.5]}]
+    return json.dumps({"inputs": inputs, "parameters": parameters}).encode()
+
+
+def test_json_outputs_over_max_json_output_bytes_are_413_naming_binary_data_output(
+    tmp_path: Path,
+) -> None:
+    """A request of 100 bytes for a model with a large output used to have it all written as
+    JSON, whatever it cost (issue 26: 726 MB for one request)."""
+    served = spreading(tmp_path, 100_000, max_json_output_bytes=2**20)
+    try:
+        with served.client() as client:
+            refused = client.request("POST", "/v2/models/s/infer", spread_request())
+            assert refused.status == 413
+            message = json.loads(refused.body)["error"]
+            assert "over the limit of 1048576 bytes ([daemon] max_json_output_bytes)" in message
+            assert "binary_data_output" in message
+            binary = client.request(
+                "POST", "/v2/models/s/infer", spread_request(binary_data_output=True)
+            )
+            assert binary.status == 200
+            length = int(binary.headers["inference-header-content-length"])
+            assert np.frombuffer(binary.body[length:], np.float32).tolist() == [0.5] * 100_000
+    finally:
+        served.close()
+
+
+def writing_json() -> bool:
+    """Whether a thread of this process (the server's) is writing an answer's JSON values now."""
+    code = InferResponse.encode.__code__
+    for frame in sys._current_frames().values():
+        caller: FrameType | None = frame
+        while caller is not None:
+            if caller.f_code is code:
+                return True
+            caller = caller.f_back
+    return False
+
+
+def test_a_large_json_answer_is_written_while_the_event_loop_answers_others(
+    tmp_path: Path,
+) -> None:
+    """Writing a large JSON answer held the event loop for as long (issue 26: 3.7 s for one
+    request, 16 s for four); 2 million values take about a second here."""
+    served = spreading(tmp_path, 2_000_000, max_json_output_bytes=2**26)
+    try:
+        answers: list[int] = []
+
+        def large() -> None:
+            with served.client() as client:
+                answers.append(
+                    client.request("POST", "/v2/models/s/infer", spread_request()).status
+                )
+
+        thread = threading.Thread(target=large)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not writing_json():
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.005)
+        with served.client() as client:
+            assert client.live()
+        assert writing_json()  # answered while the large answer is still being written
+        thread.join(60)
+        assert answers == [200]
+    finally:
+        served.close()

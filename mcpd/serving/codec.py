@@ -1,5 +1,6 @@
-"""Inference requests in, responses out: JSON tensors, Triton's binary tensor data extension and
-shared memory references (docs/serving-protocol.md §1.3, §2.1, §2.2).
+"""Inference requests in: JSON tensors, Triton's binary tensor data extension and shared memory
+references (docs/serving-protocol.md §1.3, §2.1, §2.2); responses go out through
+mcpd.serving.responses.
 
 Decoding checks everything before anything runs (names, datatypes, shapes, byte counts, limits) and
 names what is wrong; numbers arrive as numpy arrays that view the request body where they can,
@@ -8,9 +9,8 @@ without copying (shared memory tensors are read out with pread: see shm.py).
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -19,14 +19,11 @@ import numpy as np
 from mcpd.serving import strings
 from mcpd.serving.errors import RequestError
 from mcpd.serving.shm import PeerMemory, ShmRef
-from mcpd.serving.tensors import TensorSpec, datatype_of, serialize_bytes
+from mcpd.serving.tensors import TensorSpec
 from mcpd.serving.values import brief, integer, parse_json
 
 VERSION = "1"
 """mcpd serves one version of each model; clients may name it."""
-NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
-"""JSON has no NaN or infinities: they go out as the strings protobuf's JSON mapping uses
-(https://protobuf.dev/programming-guides/json/, "NaN", "Infinity", "-Infinity")."""
 
 
 @dataclass(frozen=True)
@@ -260,48 +257,3 @@ def _outputs(
             raise RequestError(f"{what}: binary_data must be true or false")
         wanted[names[name]] = Wanted(names[name], binary, _shm(out_params, what))
     return tuple(wanted.values())
-
-
-def encode(
-    model: str,
-    request: InferRequest,
-    outputs: Sequence[np.ndarray],
-    specs: Sequence[TensorSpec],
-    shm: PeerMemory,
-) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header's length where binary tensors follow it."""
-    items = []
-    blobs = []
-    for want in request.outputs:
-        array = np.ascontiguousarray(outputs[want.index])
-        item: dict[str, Any] = {
-            "name": specs[want.index].name,
-            "datatype": datatype_of(array.dtype),
-            "shape": list(array.shape),
-        }
-        if want.shm is not None or want.binary:
-            raw = serialize_bytes(array) if array.dtype.kind == "O" else array.tobytes()
-        if want.shm is not None:
-            # Name, datatype and shape only, as Triton answers (docs/serving-protocol.md §8.5):
-            # perf_analyzer fails on a parameters object here.
-            shm.write(want.shm, np.frombuffer(raw, np.uint8))
-        elif want.binary:
-            blobs.append(raw)
-            item["parameters"] = {"binary_data_size": len(raw)}
-        else:
-            item["data"] = _json_values(array.reshape(-1))
-        items.append(item)
-    body: dict[str, Any] = {"model_name": model, "model_version": VERSION, "outputs": items}
-    if request.id is not None:
-        body["id"] = request.id
-    header = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
-    if not blobs:
-        return header, None
-    return b"".join((header, *blobs)), len(header)
-
-
-def _json_values(flat: np.ndarray) -> list[Any]:
-    values: list[Any] = flat.tolist()
-    if flat.dtype.kind != "f" or np.isfinite(flat).all():
-        return values
-    return [v if math.isfinite(v) else NON_FINITE.get(v, "NaN") for v in values]

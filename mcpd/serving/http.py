@@ -12,6 +12,12 @@ as a handler asks for them (mcpd.serving.limits applies the body limits, budget 
 An answer sent before its request's body was read (413, 408) closes the connection after reading
 and dropping what the client still sends for up to `linger_s`, so that the client can read it.
 
+While a client does not read its answers (the transport pauses writing), no further pipelined
+request is answered and none is read, so what a connection buffers is bounded: the transport's
+high-water mark and one answer, and the requests of one read (issue 26: every pipelined request
+used to be answered into the buffer). mcpd.serving.sending holds those unsent bytes against
+max_inflight_bytes and drops a client that takes none of them for send_timeout_s.
+
 The connection is read into a buffer of its own (asyncio.BufferedProtocol), and the parser sees
 the bytes up to the end of each request's head; a body of known length then bypasses it, into the
 request's own buffer (mcpd.serving.request), and a new parser takes the next request. Chunked
@@ -27,8 +33,10 @@ from typing import cast
 
 import httptools
 
+from mcpd.serving.limits import Bodies
 from mcpd.serving.request import Request
 from mcpd.serving.routes import Response, Router, error
+from mcpd.serving.sending import Sending
 
 MAX_HEADER_BYTES = 32768
 """The request line and header fields together; tritonclient's are a few hundred bytes."""
@@ -42,12 +50,28 @@ END_OF_HEAD = b"\r\n\r\n"
 class HttpServer:
     """The connections of one router; the protocol factory for mcpd.serving.connections."""
 
-    def __init__(self, router: Router, header_timeout_s: float, linger_s: float) -> None:
+    def __init__(
+        self,
+        router: Router,
+        header_timeout_s: float,
+        linger_s: float,
+        send_timeout_s: float,
+        bodies: Bodies,
+    ) -> None:
         self.router = router
         self.header_timeout_s = header_timeout_s
         self.linger_s = linger_s
+        self.send_timeout_s = send_timeout_s
+        self.bodies = bodies
+        """Where unsent answers are held, with request bodies."""
         self.connections: set[HttpProtocol] = set()
         self.closing = False
+        self.send_timeouts = 0
+        """Connections dropped because their client took nothing for send_timeout_s."""
+
+    def send_timed_out(self) -> int:
+        self.send_timeouts += 1
+        return self.send_timeouts
 
     def __call__(self) -> HttpProtocol:
         return HttpProtocol(self)
@@ -87,11 +111,13 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._view = memoryview(self._buffer)
         self._direct: Request | None = None
         """The request whose Content-Length body is being received without the parser."""
+        self.sending = Sending(server.send_timeout_s, server.bodies, server.send_timed_out)
 
     # -- asyncio ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not asyncio's class
+        self.sending.transport = self.transport
         self.server.connections.add(self)
         self._expect_header(self.server.header_timeout_s)
 
@@ -156,7 +182,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
                     self._close()
                     return
                 self.receiving.broken(str(exc))  # a body: its reader answers 400
-            if self.task is not None:
+            if self.pipeline:
                 while len(self.pipeline) > 1:
                     self.pipeline.pop()
                 self._last_request()
@@ -172,12 +198,15 @@ class HttpProtocol(asyncio.BufferedProtocol):
         if self.task is not None:
             self.task.cancel()  # the handler takes its request out of the model's queue
         self.transport = None
+        self.sending.lost()
 
     def pause_writing(self) -> None:
         self.pause("writing")  # a client that does not read gets no further answers
 
     def resume_writing(self) -> None:
+        self.sending.look()
         self.resume("writing")
+        self._answer_next()
 
     # -- httptools -------------------------------------------------------------------------------
 
@@ -208,10 +237,9 @@ class HttpProtocol(asyncio.BufferedProtocol):
         )
         self.receiving = request
         self.pipeline.append(request)
-        if self.task is None:
-            self._answer_next()
-        else:
+        if len(self.pipeline) > 1:
             self.pause("pipeline")
+        self._answer_next()
 
     def on_body(self, data: bytes) -> None:
         assert self.receiving is not None
@@ -229,9 +257,17 @@ class HttpProtocol(asyncio.BufferedProtocol):
     # -- answering -------------------------------------------------------------------------------
 
     def _answer_next(self) -> None:
-        request = self.pipeline[0]
-        loop = asyncio.get_running_loop()
-        self.task = loop.create_task(self._answer(request))
+        """Answer the request at the front of the pipeline: one at a time, and only while the
+        client takes its answers."""
+        transport = self.transport
+        if (
+            self.task is None
+            and self.pipeline
+            and "writing" not in self._paused
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            self.task = asyncio.get_running_loop().create_task(self._answer(self.pipeline[0]))
 
     async def _answer(self, request: Request) -> None:
         response = await self.server.router.handle(request)
@@ -247,11 +283,13 @@ class HttpProtocol(asyncio.BufferedProtocol):
         length = len(response.body)
         head_bytes = response.head(keep)
         if head or not length:
-            self.transport.write(head_bytes)
+            self.write(head_bytes)
         elif length < 65536:
-            self.transport.write(head_bytes + response.body)
+            self.write(head_bytes + response.body)
         else:
-            self.transport.writelines((head_bytes, response.body))
+            # Not writelines(), which before Python 3.12 joins them: a copy of the body.
+            self.write(head_bytes)
+            self.write(response.body)
         self.resume("unclaimed")  # whatever the answered request held is no longer kept
         if request is not None and not request.complete:
             # Answered before the body was read: drop the rest as it comes, then close.
@@ -260,7 +298,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         elif not keep:
             self._close()
         elif self.pipeline:
-            self.resume("pipeline")
+            if len(self.pipeline) == 1:  # read on only once no other request waits
+                self.resume("pipeline")
             self._answer_next()
         elif self.receiving is None:
             self._expect_header(self.server.header_timeout_s)
@@ -277,9 +316,10 @@ class HttpProtocol(asyncio.BufferedProtocol):
 
     # -- flow and time ---------------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if self.transport is not None:
             self.transport.write(data)
+            self.sending.wrote(len(data))
 
     def pause(self, reason: str) -> None:
         if not self._paused and self.transport is not None:

@@ -1,5 +1,5 @@
 """What clients together may take from the daemon besides connections (connections.py): memory for
-request bodies, and log lines.
+request bodies and unsent answers, and log lines.
 
 The bodies held at once are bounded (the serving process's memory is the board's), and repeated
 log lines from asyncio, the HTTP server and the connection cap are throttled (a connection flood
@@ -74,7 +74,8 @@ JSON_ADVICE = (
 
 class Bodies:
     """Request bodies: each within its limit, all those held at once within max_inflight_bytes,
-    each received within body_timeout_ms."""
+    each received within body_timeout_ms. Answers that wait for their clients to read them are held
+    here too (mcpd.serving.http), so clients that do not read take from the same budget."""
 
     def __init__(self, daemon: DaemonSection) -> None:
         self.daemon = daemon
@@ -105,6 +106,10 @@ class Bodies:
             yield body
         finally:
             self.held -= held
+
+    def hold_unsent(self, change: int) -> None:
+        """The bytes of answers not yet sent changed by `change`."""
+        self.held += change
 
     def _take(self, size: int) -> None:
         limit = self.daemon.max_inflight_bytes

@@ -68,8 +68,8 @@ class InferenceService:
         self.connections: Acceptor | None = None
         self.scrapes: Acceptor | None = None
         """Connections on the `[metrics] listen` port."""
-        self._server: HttpServer | None = None
-        self._metrics_server: HttpServer | None = None
+        self.server: HttpServer | None = None
+        self.metrics_server: HttpServer | None = None
         self._given = listener
         """A socket someone else holds (the governor): used as it is, never bound or removed."""
         self._given_tcp = dict(tcp or {})
@@ -87,13 +87,13 @@ class InferenceService:
         self.throttle.install()
         cap = connection_cap(self.config.daemon.max_connections)
         listening = [self._listener.sock] + ([self._tcp["http"]] if "http" in self._tcp else [])
-        self._server, self.connections = self._serve(
+        self.server, self.connections = self._serve(
             self.endpoints.router(),
             listening,
             lambda: min(cap, self.config.daemon.max_connections),
         )
         if "metrics" in self._tcp:
-            self._metrics_server, self.scrapes = self._serve(
+            self.metrics_server, self.scrapes = self._serve(
                 self.endpoints.metrics_router(),
                 [self._tcp["metrics"]],
                 lambda: METRICS_CONNECTIONS,
@@ -117,7 +117,14 @@ class InferenceService:
         cap: Callable[[], int],
         cap_name: str = SOCKET_CAP,
     ) -> tuple[HttpServer, Acceptor]:
-        server = HttpServer(router, self.config.daemon.header_timeout_ms / 1000, LINGER_S)
+        daemon = self.config.daemon
+        server = HttpServer(
+            router,
+            daemon.header_timeout_ms / 1000,
+            LINGER_S,
+            daemon.send_timeout_ms / 1000,
+            self.endpoints.bodies,
+        )
         acceptor = Acceptor(listening, server, cap, cap_name)
         acceptor.start()
         return server, acceptor
@@ -143,10 +150,11 @@ class InferenceService:
         for acceptor in (self.connections, self.scrapes):
             if acceptor is not None:
                 acceptor.stop()  # answers in flight go on
-        servers = [s for s in (self._server, self._metrics_server) if s is not None]
+        servers = [s for s in (self.server, self.metrics_server) if s is not None]
         await asyncio.gather(*(server.shutdown(SHUTDOWN_TIMEOUT_S) for server in servers))
         await self.repository.close()
-        self._server = self._metrics_server = None
+        self.endpoints.close()
+        self.server = self.metrics_server = None
         self.shm.close()
         self.throttle.remove()
         if self._listener is not None:
@@ -160,9 +168,9 @@ class InferenceService:
 
     async def reload(self, config: Config) -> None:
         """Models are added, removed or replaced and the request limits apply at once; the socket,
-        the largest tensor (built into each model's interface) and the header timeout (built into
-        the HTTP server) stay as started."""
-        for key in ("max_request_bytes", "header_timeout_ms"):
+        the largest tensor (built into each model's interface) and the header and send timeouts (built
+        into the HTTP server) stay as started."""
+        for key in ("max_request_bytes", "header_timeout_ms", "send_timeout_ms"):
             if getattr(config.daemon, key) != getattr(self.config.daemon, key):
                 log.warning("reload: [daemon] %s changes only on restart", key)
         if tcp_listeners(config) != tcp_listeners(self.config):
