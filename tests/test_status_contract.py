@@ -82,7 +82,13 @@ def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> No
         last_action=None,
         batch={},
     )
-    serving: status.ServingDoc = {"pid": None, "state": "stopped", "restarts": 0, "last_exit": None}
+    serving: status.ServingDoc = {
+        "pid": None,
+        "state": "stopped",
+        "restarts": 0,
+        "last_exit": None,
+        "config_error": None,
+    }
     document = status.document(
         snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving
     )
