@@ -240,7 +240,7 @@ def test_a_session_unloaded_while_it_builds_is_released_as_it_ends(
 
     with caplog.at_level(logging.INFO, "mcpd.serving"):
         run(scenario, open_backend=builds)
-    assert "the session built in" in caplog.text and "is released unused" in caplog.text
+    assert "a session built is released unused" in caplog.text
 
 
 class HeldOptimizer(Optimizer):
@@ -334,8 +334,9 @@ def test_loads_in_a_loop_say_what_the_backend_settled_for_once_a_minute(
 
 def test_sixteen_loads_that_hang_up_cost_the_serving_process_one_session(tmp_path: Path) -> None:
     """Issue 26's figure: 16 load requests whose clients hung up added 1.6 GB to serving for
-    good. Here a 42 MB model: a reload gives the replaced session's memory back, and the 16 loads
-    leave the serving process within two models of where it was."""
+    good. Here a 42 MB model: the 16 loads and one more leave the serving process within two
+    models of where it was (glibc keeps what a closed session freed unless trimmed: +90 MB after
+    one reload)."""
     model = heavy(tmp_path / "heavy.onnx")
     model_mb = model.stat().st_size / 1e6
     sock = tmp_path / "mcpd.sock"
@@ -357,8 +358,6 @@ def test_sixteen_loads_that_hang_up_cost_the_serving_process_one_session(tmp_pat
         with Client(str(sock), timeout=60) as client:
             serving = psutil.Process(client.status()["serving"]["pid"])
             started = serving.memory_info().rss / 1e6
-            client.load("heavy")
-            before = serving.memory_info().rss / 1e6
             for _ in range(16):
                 with socket.socket(socket.AF_UNIX) as hangs_up:
                     hangs_up.connect(str(sock))
@@ -366,11 +365,30 @@ def test_sixteen_loads_that_hang_up_cost_the_serving_process_one_session(tmp_pat
                         b"POST /v2/repository/models/heavy/load HTTP/1.1\r\n"
                         b"Host: mcpd\r\nContent-Length: 0\r\n\r\n"
                     )
-            daemon.wait_for(lambda: daemon.log.read_text().count("model heavy reloaded") == 2, 60)
+            # Said once: the same reload again within a minute is counted, not said.
+            daemon.wait_for(lambda: "model heavy reloaded" in daemon.log.read_text(), 60)
             client.load("heavy")  # answered once everything asked before it is done
             after = serving.memory_info().rss / 1e6
-        # glibc keeps what a closed session freed unless trimmed: +90 MB after one reload.
-        assert before - started < model_mb, (started, before, model_mb)
-        assert after - before < 2 * model_mb, (before, after, model_mb)
+        assert after - started < 2 * model_mb, (started, after, model_mb)
     finally:
         daemon.close()
+
+
+def test_a_model_reloaded_in_a_loop_is_said_once_a_minute_with_its_count(tmp_path: Path) -> None:
+    model = ModelSection(name="m", path=str(scale(tmp_path / "m.onnx")))
+    now = [1000.0]
+
+    async def scenario(repository: Repository, events: list[Event]) -> list[Event]:
+        await repository.apply((model,))
+        await settled(repository)
+        for _ in range(6):
+            await repository.load("m")
+        now[0] += 60
+        await repository.load("m")
+        return [e for e in events if e.data.get("state") == "ready"]
+
+    loaded, reloaded, later = run(scenario, clock=lambda: now[0])
+    assert loaded.message.startswith("model m loaded in") and loaded.data["unsaid"] == 0
+    assert reloaded.message.startswith("model m reloaded in") and reloaded.data["unsaid"] == 0
+    assert later.message.endswith("(5 more times since this was last said)")
+    assert later.data == {"model": "m", "state": "ready", "unsaid": 5}

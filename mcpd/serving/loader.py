@@ -132,11 +132,10 @@ class Loader:
                 if current:
                     self._failed(entry, error)
             elif not current:
-                log.info(
-                    "model %s: the session built in %.2f s is released unused: a later load, "
-                    "unload or reload overtook it",
-                    name,
-                    self.clock() - started,
+                self._say(
+                    logging.INFO,
+                    f"model {name}: a session built is released unused: a later load, unload "
+                    "or reload overtook it",
                 )
                 await loop.run_in_executor(self._releaser, backends.release, backend)
             else:
@@ -165,17 +164,23 @@ class Loader:
         entry.state, entry.error = "ready", None
         entry.optimized = None if built is None else built.summary()
         detail = ", ".join(f"{k} {v}" for k, v in backend.detail.items())
-        message = (
-            f"model {model.name} {'reloaded' if old else 'loaded'} in {seconds:.2f} s: "
-            f"{backend.kind} ({detail}), batch 1..{model.max_batch}"
-            + (f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else "")
+        what = f"{backend.kind} ({detail}), batch 1..{model.max_batch}" + (
+            f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else ""
         )
         if built is not None:
-            message += f", optimized: {built.precision}" + (
+            what += f", optimized: {built.precision}" + (
                 f" {built.speedup:.2f}x" if built.speedup else ""
             )
-        log.info("%s", message)
-        self.events.publish(Event("model", message, {"model": model.name, "state": "ready"}))
+        verb = "reloaded" if old else "loaded"
+        # The same model reloaded in a loop is said once a minute with a count, as a repeated
+        # failure is (4 clients reloading the demo model: 130 log lines and events a second).
+        unsaid = self._repeats.say(f"model {model.name} {verb}: {what}", self.clock())
+        if unsaid is not None:
+            message = _counted(f"model {model.name} {verb} in {seconds:.2f} s: {what}", unsaid)
+            log.info("%s", message)
+            self.events.publish(
+                Event("model", message, {"model": model.name, "state": "ready", "unsaid": unsaid})
+            )
         await self.retire(old)
         if built is None and model.optimize != "off" and self.optimizer is not None:
             self._optimize_later(entry, load.target, self.optimizer)
