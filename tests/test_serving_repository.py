@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -220,3 +221,31 @@ def test_a_removed_model_cannot_be_loaded(served: Served) -> None:
     served.wait_settled()
     with served.client() as client:
         assert post(client, "/v2/repository/models/m/load")[0] == 404
+
+
+def test_a_request_whose_body_arrives_across_a_reload_runs_on_the_new_session(
+    tmp_path: Path,
+) -> None:
+    """The worker serving when a request's head arrived may be retired by a reload before its
+    body is in; the request runs on the one serving once it is (it was a 503 "being unloaded")."""
+    served = Served(config(tmp_path, [{"name": "m", "path": str(scale(tmp_path / "m.onnx"))}]))
+    try:
+        served.wait_settled()
+        body = json.dumps(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+        ).encode()
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(30)
+            sock.connect(served.socket)
+            sock.sendall(
+                b"POST /v2/models/m/infer HTTP/1.1\r\nHost: mcpd\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body) + body[:10]
+            )
+            time.sleep(0.2)  # the head is parsed and the worker looked up before the reload
+            served.call(served.service.repository.load("m"))
+            sock.sendall(body[10:])
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert b'"data":[2.0,4.0,6.0,8.0]' in answer.replace(b" ", b"")
+    finally:
+        served.close()

@@ -170,16 +170,19 @@ class Endpoints:
     # -- inference -------------------------------------------------------------------------------
 
     async def infer(self, request: Request) -> Response:
-        name = request.params["name"]
-        entry, worker = self.repository.serving(name, request.params.get("version"))
-        interface = entry.interface
-        assert interface is not None  # set together with the worker
+        name, version = request.params["name"], request.params.get("version")
+        entry, _ = self.repository.serving(name, version)  # a 404 before the body is read
         started = time.monotonic()
         try:
             header_length = values.header_length(
                 request.headers.get("inference-header-content-length")
             )
             async with self._body(request, header_length) as body:
+                # Looked up again once the body is in: a reload may have retired the worker that
+                # served when the head arrived (a 503 "being unloaded" under a load flood).
+                entry, worker = self.repository.serving(name, version)
+                interface = entry.interface
+                assert interface is not None  # set together with the worker
                 shm = self.shm.peer(self._peer_uid(request))
                 decoded = codec.decode(body, header_length, interface, shm)
                 outputs, timing = await self._run(worker, decoded, entry.config.timeout_ms, started)
