@@ -10,8 +10,8 @@ import argparse
 from typing import Any
 
 ROCKCHIP = ("rk3588", "rk3576", "rk3568", "rk3566", "rk3562")  # rknn-toolkit2's NPUs
-TARGETS = ("cpu", "cuda", "tensorrt", *ROCKCHIP)
-PRECISIONS = ("auto", "fp32", "fp16", "int8", "int4")
+TARGETS = ("cpu", "openvino", "cuda", "tensorrt", *ROCKCHIP)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8", "int4")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -47,6 +47,17 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--target", default="cpu", help=f"{'|'.join(TARGETS)} (default cpu)")
     parser.add_argument(
         "--precision", default="auto", help=f"{'|'.join(PRECISIONS)} (default auto)"
+    )
+    parser.add_argument(
+        "--runtime",
+        metavar="R,R",
+        help="--target cpu: onnxruntime, openvino (default: onnxruntime, and OpenVINO where it "
+        "is installed on an x86 CPU)",
+    )
+    parser.add_argument(
+        "--device",
+        help="--target openvino: OpenVINO's device, CPU (default), GPU, GPU.1, NPU (GPU and NPU "
+        "untested)",
     )
     parser.add_argument(
         "--min-cosine",

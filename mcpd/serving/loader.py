@@ -171,7 +171,7 @@ class Loader:
             + (f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else "")
         )
         if built is not None:
-            message += f", optimized: {built.precision}" + (
+            message += f", optimized: {built.precision} ({built.runtime})" + (
                 f" {built.speedup:.2f}x" if built.speedup else ""
             )
         log.info("%s", message)
