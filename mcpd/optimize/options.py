@@ -14,6 +14,7 @@ from pathlib import Path
 from mcpd.optimize import PRECISIONS, ROCKCHIP, TARGETS, plan
 from mcpd.optimize.interface import OptimizeError
 from mcpd.optimize.rockchip import toolkit_python
+from mcpd.optimize.runners import RUNTIMES
 
 LAYER_SAMPLES = 3  # held-out samples the toolkit's per-layer analysis runs on (each layer's worst)
 
@@ -93,11 +94,10 @@ def _runtimes(args: argparse.Namespace) -> tuple[tuple[str, ...], str, tuple[str
         runtimes = ("onnxruntime",)
     elif args.runtime is not None:
         runtimes = tuple(dict.fromkeys(args.runtime.split(",")))
-        unknown = [r for r in runtimes if r not in plan.RUNTIMES]
+        unknown = [r for r in runtimes if r not in RUNTIMES]
         if unknown:
             raise OptimizeError(
-                f"--runtime {args.runtime!r}: {unknown[0]!r} is not one of "
-                f"{', '.join(plan.RUNTIMES)}"
+                f"--runtime {args.runtime!r}: {unknown[0]!r} is not one of {', '.join(RUNTIMES)}"
             )
     capabilities = _capabilities(device) if runtimes is None or "openvino" in runtimes else None
     if runtimes is None:

@@ -26,7 +26,6 @@ import onnx
 
 from mcpd.optimize.measure import Accuracy
 
-RUNTIMES = ("onnxruntime", "openvino")
 GPU_TARGETS = ("cuda", "tensorrt")
 """onnxruntime's GPU providers: no latency measured here (no GPU)."""
 X86 = ("x86_64", "amd64", "i686", "i386")
@@ -36,8 +35,6 @@ untested here: ask for it with --runtime)."""
 FLOATS = ("fp32", "bf16", "fp16")
 HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 """A float precision as OpenVINO's inference precision hint (`[models.openvino] precision`)."""
-NATIVE = {"bf16": "BF16", "fp16": "FP16"}
-"""The OPTIMIZATION_CAPABILITIES entry a precision needs to run as itself on the CPU."""
 
 
 def device_family(device: str) -> str:
@@ -60,7 +57,7 @@ def openvino_candidates(device: str, capabilities: Sequence[str], wanted: str) -
     fp16 (what it computes in). INT8 (NNCF) on every device."""
     family = device_family(device)
     if family == "CPU":
-        floats = ["fp32", *(["bf16"] if NATIVE["bf16"] in capabilities else [])]
+        floats = ["fp32", *(["bf16"] if "BF16" in capabilities else [])]
     elif family == "GPU":
         floats = ["fp32", "fp16"]
     else:
