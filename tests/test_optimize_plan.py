@@ -98,3 +98,10 @@ def test_the_gate_as_a_metric_drops_past_its_bound_exactly_when_the_gate_fails(
     assert (exact - score <= exact) == meets
     # Without classification-shaped outputs the cosine alone decides.
     assert plan.gate_score(Accuracy({"y": 0.995}, 0.1, None), 0.98, 0.97) == pytest.approx(0.015)
+
+
+def test_accuracy_aware_int8_is_budgeted_by_its_compiles_and_passes() -> None:
+    # PP-OCRv4's recognizer here: 65 quantizers, 16 iterations, 0.77 s per compile, 36 samples
+    # at 9 ms; it took 177 s.
+    assert plan.accuracy_aware_seconds(65, 16, 0.77, 36, 0.009) == pytest.approx(177.2, abs=0.5)
+    assert plan.accuracy_aware_seconds(0, 0, 1.0, 10, 0.1) == 0.0

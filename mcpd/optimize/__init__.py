@@ -1,7 +1,8 @@
 """`mcpd optimize`: make a model fast for its board and prove it still answers the same.
 
-This module only registers the command: the optimizer imports onnx, onnxruntime.quantization and
-numpy, which the daemon's governing code must never load, so they are imported when it runs.
+This module only registers the command: the optimizer imports onnx, onnxruntime.quantization,
+OpenVINO, NNCF and numpy, which the daemon's governing code must never load, so they are imported
+when it runs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def add_parser(commands: Any) -> None:
     """Add `optimize` and `bench` to the `mcpd` command's subparsers."""
     parser = commands.add_parser(
         "optimize",
-        help="build the fastest model that still answers the same (INT8/INT4/FP16, measured)",
+        help="build the fastest model that still answers the same (onnxruntime's and OpenVINO's "
+        "INT8/INT4/BF16/FP16, measured)",
         description="Build candidates, measure latency and accuracy on held-out samples, and "
         "write the fastest one that meets the accuracy gate. Exit 2 on bad input.",
     )

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # search imports this module
     from mcpd.optimize.search import Search
 
 
-def search(search: Search) -> None:
+def search_variants(search: Search) -> None:
+    """onnxruntime's candidates after its FP32 one, as `--precision` asks."""
     wanted = search.options.precision
     gpu = search.options.target in GPU_TARGETS
     if wanted in ("auto", "int8"):

@@ -98,6 +98,12 @@ def int8_ir(
     return _save(quantized, target, precision)
 
 
+def quantizers(path: Path) -> int:
+    """The activation quantizers (FakeQuantize operations) of an INT8 IR: NNCF folds those of
+    the weights into INT8 constants."""
+    return sum(op.get_type_name() == "FakeQuantize" for op in _read(path).get_ops())
+
+
 Checked = tuple[Sample, list[Any]]
 """A sample and the original model's outputs on it."""
 

@@ -83,10 +83,15 @@ class Search:
     def gate(self, accuracy: Accuracy) -> bool:
         return accuracy.meets(self.options.min_cosine, self.options.min_top1)
 
-    def within_budget(self, what: str) -> bool:
-        if self.clock() < self.deadline:
+    def within_budget(self, what: str, needs_s: float = 0.0) -> bool:
+        """Whether `what`, expected to take `needs_s` (0: unknown), can end within the budget."""
+        left = self.deadline - self.clock()
+        if needs_s < left:
             return True
-        self.skip(what, f"search budget of {self.options.budget_s:.0f} s spent")
+        budget = self.options.budget_s
+        spent = f"search budget of {budget:.0f} s spent"
+        more = f"it would take about {needs_s:.0f} s, and {left:.0f} s of the {budget:.0f} s budget"
+        self.skip(what, spent if left <= 0 else f"{more} are left")
         return False
 
     def skip(self, label: str, reason: str, speedup: float | None = None) -> None:
@@ -222,7 +227,7 @@ class Search:
         if openvino:
             openvino_steps.search_int8(self)
         if onnxruntime:
-            onnxruntime_steps.search(self)
+            onnxruntime_steps.search_variants(self)
         reference_ms = self._time_all()
         chosen = self._choose(reference_ms)
         return Outcome(
