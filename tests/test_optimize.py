@@ -40,7 +40,14 @@ def test_cnn_json_contract_and_written_model(
     model, calibration = cnn
     out = tmp_path / "out"
     code, doc, err = optimize(
-        capsys, str(model), "--calibration", str(calibration), "--out", str(out)
+        capsys,
+        str(model),
+        "--calibration",
+        str(calibration),
+        "--out",
+        str(out),
+        "--runtime",
+        "onnxruntime",
     )
     assert code == 0, err
     assert set(doc) >= {
@@ -60,9 +67,15 @@ def test_cnn_json_contract_and_written_model(
         doc["latency_ms"]["reference"] / doc["latency_ms"]["optimized"], rel=0.01
     )
     names = [c["name"] for c in doc["candidates"]]
-    assert "fp32 graph-optimized" in names and any(n.startswith("int8 u8s8") for n in names)
+    # A variant that cannot beat what is accepted already is skipped, with its speed and why.
+    skipped = {s["name"]: s for s in doc["skipped"]}
+    assert "fp32 graph-optimized" in names
+    assert any(n.startswith("int8 u8s8") for n in [*names, *skipped])
+    for s in skipped.values():
+        assert s["reason"] and s["speedup"] > 0
     for c in doc["candidates"]:
-        assert {"precision", "speedup", "cosine_min", "accepted"} <= set(c)
+        assert {"precision", "speedup", "cosine_min", "accepted", "seconds"} <= set(c)
+        assert c["runtime"] == "onnxruntime"
     chosen = [c for c in doc["candidates"] if c["chosen"]]
     assert len(chosen) == 1 and chosen[0]["accepted"] and chosen[0]["precision"] == doc["precision"]
     # The fastest accepted candidate that also beats the original (FP32 otherwise).
@@ -97,6 +110,8 @@ def test_int8_candidate_is_a_qdq_model_within_the_gate(
         "int8",
         "--min-cosine",
         "0.99",
+        "--runtime",
+        "onnxruntime",
     )
     assert code == 0
     int8 = [c for c in doc["candidates"] if c["precision"] == "int8"]
@@ -117,6 +132,7 @@ def test_images_with_preprocess_flag_and_sidecar(
     images = models.image_folder(tmp_path / "images", 8, 48)
     spec = "size=32 order=rgb mean=0.485,0.456,0.406 std=0.229,0.224,0.225 layout=nchw"
     args = [str(model), "--calibration", str(images), "--precision", "fp32"]
+    args += ["--runtime", "onnxruntime"]
     code, doc, err = optimize(capsys, *args, "--out", str(tmp_path / "a"), "--preprocess", spec)
     assert code == 0, err
     (images / "preprocess.toml").write_text(
@@ -170,6 +186,8 @@ def test_mixed_precision_keeps_the_sensitive_layers_in_fp32(
         str(tmp_path / "o"),
         "--precision",
         "int8",
+        "--runtime",
+        "onnxruntime",
     )
     assert code == 0, err
     plain = [c for c in doc["candidates"] if c["precision"] == "int8" and not c["fp32_nodes"]]

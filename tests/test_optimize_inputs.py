@@ -148,6 +148,30 @@ CASES: dict[str, tuple[Setup, str]] = {
     "bad preprocess": (_flag("--preprocess", "size=32 order=cmyk"), "order must be rgb or bgr"),
     "preprocess key": (_flag("--preprocess", "size=32 gamma=2"), "unknown key 'gamma'"),
     "budget": (_flag("--budget", "nan"), "--budget nan: must be a positive number"),
+    "unknown runtime": (
+        _flag("--runtime", "onnxruntime,tvm"),
+        "--runtime 'onnxruntime,tvm': 'tvm' is not one of onnxruntime, openvino",
+    ),
+    "runtime of another target": (
+        _flag("--target", "tensorrt", "--runtime", "onnxruntime"),
+        "--runtime: for --target cpu (not tensorrt)",
+    ),
+    "device of another target": (
+        _flag("--device", "GPU"),
+        "--device: OpenVINO's, for --target openvino (not cpu)",
+    ),
+    "device auto": (
+        _flag("--target", "openvino", "--device", "AUTO"),
+        "--device 'AUTO': one of CPU, GPU, GPU.N or NPU",
+    ),
+    "int4 on openvino": (
+        _flag("--target", "openvino", "--precision", "int4"),
+        "--precision int4: OpenVINO on CPU builds fp32",
+    ),
+    "bf16 without openvino": (
+        _flag("--runtime", "onnxruntime", "--precision", "bf16"),
+        "--precision bf16: OpenVINO's, which this run does not use",
+    ),
 }
 
 

@@ -23,8 +23,10 @@ from mcpd import status
 from mcpd.config import ModelSection
 from mcpd.ctl import main as ctl_main
 from mcpd.events import Event
-from mcpd.optimize.background import BuildError, Optimizer, cache_key
+from mcpd.optimize.background import BuildError, Built, Optimizer, cache_key
 from mcpd.schema import build
+from mcpd.serving.backends.openvino import stored_precision
+from mcpd.serving.loads import Target
 from mcpd.snapshot import Snapshot
 from tests import optimize_models as models
 from tests.serving_server import Served, config
@@ -52,6 +54,7 @@ def setup(tmp_path: Path) -> dict[str, object]:
     return {
         "name": "cnn",
         "path": str(model),
+        "backend": "onnxruntime",  # onnxruntime's build alone (backend "auto" may pick OpenVINO)
         "optimize": "fp32",
         "min_cosine": 0.99,
         "calibration": str(calibration),
@@ -124,13 +127,14 @@ def test_original_serves_then_the_optimized_model_swaps_in_and_is_cached(
     assert entry.name == cache_key(build(ModelSection, setup))
     assert sorted(f.name for f in entry.iterdir()) == ["cnn.fp32.onnx", "result.json"]
     event = _optimized_event(served.events)
-    assert event is not None and "reloaded" in event.message and "optimized: fp32" in event.message
+    assert event is not None and "reloaded" in event.message
+    assert "optimized: fp32 (onnxruntime)" in event.message
     np.testing.assert_allclose(_infer(served), before, rtol=1e-4, atol=1e-5)
     # Status (and so telemetry) and `mcpctl models` show what serves.
     with served.client() as client:
         assert client.status()["inference"]["cnn"]["optimized"] == summary
     assert ctl_main(["models", "--socket", served.socket]) == 0
-    assert "  serving  fp32, " in capsys.readouterr().out
+    assert "  serving  fp32 (onnxruntime), " in capsys.readouterr().out
     served.close()
 
     # A restart finds the cache: no optimizer process runs (this one would fail) and the
@@ -141,6 +145,60 @@ def test_original_serves_then_the_optimized_model_swaps_in_and_is_cached(
     _wait(lambda: _optimized_event(again.events) is not None or bool(_failed_event(again.events)))
     assert _failed_event(again.events) is None
     assert again.service.stats()["cnn"].detail["optimized"] == summary
+
+
+def test_an_openvino_build_is_served_by_the_openvino_backend_with_the_models_options(
+    setup: dict[str, object], served_factory: Callable[[dict[str, object]], Served], tmp_path: Path
+) -> None:
+    import openvino
+
+    model = {**setup, "backend": "openvino", "optimize": "auto", "openvino": {"threads": 1}}
+    served = served_factory(model)
+    served.wait_settled()
+    before = _infer(served)  # the ONNX file through OpenVINO, while the optimizer runs
+    _wait(lambda: _optimized_event(served.events) is not None or bool(_failed_event(served.events)))
+    assert _failed_event(served.events) is None
+    event = _optimized_event(served.events)
+    assert event is not None and "(openvino)" in event.message
+    (entry,) = (tmp_path / "state" / "optimized").iterdir()
+    result = json.loads((entry / "result.json").read_text())
+    ir = entry / Path(result["output"]).name  # the IR pair, and the result that names its runtime
+    assert result["runtime"] == "openvino" and ir.suffix == ".xml"
+    assert sorted(f.name for f in entry.iterdir()) == [
+        ir.with_suffix(".bin").name,
+        ir.name,
+        "result.json",
+    ]
+    stored = stored_precision(openvino.Core().read_model(str(ir)))
+    with served.client() as client:
+        report = client.status()["inference"]["cnn"]
+    assert report["optimized"]["runtime"] == "openvino"
+    assert report["optimized"]["precision"] == result["precision"]
+    # Served by the openvino backend at the precision the build was measured at.
+    assert report["openvino"]["device"] == "CPU" and report["openvino"]["precision"] == stored
+    assert np.argmax(_infer(served)) == np.argmax(before)
+
+
+def test_an_openvino_build_of_a_model_onnxruntime_served_keeps_its_threads(
+    setup: dict[str, object], tmp_path: Path
+) -> None:
+    model = build(
+        ModelSection, {**setup, "backend": "auto", "onnxruntime": {"intra_op_threads": 3}}
+    )
+    built = Built(
+        tmp_path / "cnn.int8.xml", "int8", 2.0, 0.99, None, cached=True, runtime="openvino"
+    )
+    source = Target(model, None, built).source()
+    assert (source.path, source.backend) == (str(built.path), "openvino")
+    assert source.openvino.threads == 3  # the setting the original served with
+    assert source.served_by() == "openvino"
+    threads = dataclasses.replace(model.openvino, threads=1)
+    assert (
+        Target(dataclasses.replace(model, openvino=threads), None, built).source().openvino
+        == threads
+    )
+    onnx = dataclasses.replace(built, path=tmp_path / "cnn.int8.onnx", runtime="onnxruntime")
+    assert Target(model, None, onnx).source().backend == "auto"
 
 
 def test_a_failed_build_is_an_event_and_the_original_serves_on(
@@ -166,6 +224,21 @@ def test_the_optimizer_runs_niced_in_its_own_process(setup: dict[str, object]) -
     assert command[4:6] == ["-m", "mcpd"] and "optimize" in command
     assert command[command.index("--precision") + 1] == "fp32"
     assert command[command.index("--min-cosine") + 1] == "0.99"
+    # The backend decides the runtimes measured: onnxruntime's alone here.
+    assert command[command.index("--target") :][:4] == [
+        "--target",
+        "cpu",
+        "--runtime",
+        "onnxruntime",
+    ]
+    for backend, measured in (
+        ("openvino", ["--target", "openvino", "--device", "CPU"]),
+        ("auto", []),  # --target cpu: every runtime installed, the fastest that passes serves
+    ):
+        command = Optimizer("/var/lib/mcpd").command(
+            dataclasses.replace(model, backend=backend), Path("/tmp/out")
+        )
+        assert command[command.index("0.99") + 1 : -1] == measured
 
 
 def test_the_cache_key_changes_with_model_samples_and_options(
@@ -250,6 +323,7 @@ def _entry(tmp_path: Path, model: ModelSection, data: bytes = b"abc") -> Path:
         "precision": "fp32",
         "speedup": None,
         "accuracy": {"cosine_min": 1.0, "top1_agreement": None},
+        "runtime": "onnxruntime",
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
@@ -309,3 +383,33 @@ def test_a_cache_entry_is_checked_before_use_and_a_damaged_one_is_removed(
         asyncio.run(optimizer.build(model))
     (said,) = [r.message for r in caplog.records if "is damaged" in r.message]
     assert problem in said and not os.path.lexists(entry)
+
+
+def test_an_openvino_entry_is_checked_with_the_weights_beside_its_xml(
+    setup: dict[str, object], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An IR is two files: a changed .bin is damage as a changed .xml is."""
+    model = build(ModelSection, setup)
+    entry = tmp_path / "state" / "optimized" / cache_key(model)
+    entry.mkdir(parents=True)
+    (entry / "m.xml").write_bytes(b"<net/>")
+    (entry / "m.bin").write_bytes(b"weights")
+    result = {
+        "output": "m.xml",
+        "precision": "bf16",
+        "speedup": 2.0,
+        "accuracy": {"cosine_min": 0.999, "top1_agreement": 1.0},
+        "runtime": "openvino",
+        "bytes": 13,
+        "sha256": hashlib.sha256(b"<net/>weights").hexdigest(),
+    }
+    (entry / "result.json").write_text(json.dumps(result))
+    optimizer = Optimizer(tmp_path / "state")
+    built = asyncio.run(optimizer.build(model))
+    assert built.cached and built.runtime == "openvino" and built.path == entry / "m.xml"
+    (entry / "m.bin").write_bytes(b"weightz")
+    optimizer.command = lambda model, out: ["false"]  # type: ignore[method-assign]
+    with pytest.raises(BuildError, match="exit status 1"):
+        asyncio.run(optimizer.build(model))
+    (said,) = [r.message for r in caplog.records if "is damaged" in r.message]
+    assert "m.xml is not the file built (its sha256 differs)" in said

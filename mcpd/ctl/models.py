@@ -18,8 +18,10 @@ def _tensors(tensors: list[dict[str, Any]]) -> str:
 
 
 def _optimized(summary: dict[str, Any]) -> str:
-    """`int8, 2.41x faster, cosine 0.9987, top-1 99.2 %` (what `optimize` swapped in)."""
-    parts = [summary["precision"]]
+    """`int8 (openvino), 2.41x faster, cosine 0.9987, top-1 99.2 %` (what `optimize` swapped
+    in, and the runtime it was measured in and serves through)."""
+    runtime = summary.get("runtime")  # absent from an older daemon's status
+    parts = [summary["precision"] + (f" ({runtime})" if runtime else "")]
     if summary.get("speedup"):
         parts.append(f"{summary['speedup']:.2f}x faster")
     parts.append(f"cosine {summary['cosine_min']:.4f}")

@@ -1,7 +1,8 @@
 """`mcpd optimize`: make a model fast for its board and prove it still answers the same.
 
-This module only registers the command: the optimizer imports onnx, onnxruntime.quantization and
-numpy, which the daemon's governing code must never load, so they are imported when it runs.
+This module only registers the command: the optimizer imports onnx, onnxruntime.quantization,
+OpenVINO, NNCF and numpy, which the daemon's governing code must never load, so they are imported
+when it runs.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import argparse
 from typing import Any
 
 ROCKCHIP = ("rk3588", "rk3576", "rk3568", "rk3566", "rk3562")  # rknn-toolkit2's NPUs
-TARGETS = ("cpu", "cuda", "tensorrt", *ROCKCHIP)
-PRECISIONS = ("auto", "fp32", "fp16", "int8", "int4")
+TARGETS = ("cpu", "openvino", "cuda", "tensorrt", *ROCKCHIP)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8", "int4")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -30,7 +31,8 @@ def add_parser(commands: Any) -> None:
     """Add `optimize` and `bench` to the `mcpd` command's subparsers."""
     parser = commands.add_parser(
         "optimize",
-        help="build the fastest model that still answers the same (INT8/INT4/FP16, measured)",
+        help="build the fastest model that still answers the same (onnxruntime's and OpenVINO's "
+        "INT8/INT4/BF16/FP16, measured)",
         description="Build candidates, measure latency and accuracy on held-out samples, and "
         "write the fastest one that meets the accuracy gate. Exit 2 on bad input.",
     )
@@ -47,6 +49,17 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--target", default="cpu", help=f"{'|'.join(TARGETS)} (default cpu)")
     parser.add_argument(
         "--precision", default="auto", help=f"{'|'.join(PRECISIONS)} (default auto)"
+    )
+    parser.add_argument(
+        "--runtime",
+        metavar="R,R",
+        help="--target cpu: onnxruntime, openvino (default: onnxruntime, and OpenVINO where it "
+        "is installed on an x86 CPU)",
+    )
+    parser.add_argument(
+        "--device",
+        help="--target openvino: OpenVINO's device, CPU (default), GPU, GPU.1, NPU (GPU and NPU "
+        "untested)",
     )
     parser.add_argument(
         "--min-cosine",

@@ -40,6 +40,7 @@ from mcpd.config import ModelSection
 log = logging.getLogger("mcpd.optimize")
 
 RESULT = "result.json"
+RUNTIMES = ("onnxruntime", "openvino")
 RESULT_BYTES = 2**20
 """Far above a result.json (the optimizer's --json document, a few KB); a larger one is damage."""
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -59,9 +60,12 @@ class Built:
     cosine_min: float
     top1_agreement: float | None
     cached: bool
+    runtime: str = "onnxruntime"
+    """The runtime the file was measured in, whose backend serves it: onnxruntime or openvino."""
 
     def summary(self) -> dict[str, object]:
         return {
+            "runtime": self.runtime,
             "precision": self.precision,
             "speedup": self.speedup,
             "cosine_min": self.cosine_min,
@@ -71,7 +75,7 @@ class Built:
 
 def _toolchain() -> str:
     versions = [f"mcpd {__version__}"]
-    for package in ("onnxruntime", "onnx"):
+    for package in ("onnxruntime", "onnx", "openvino", "nncf"):
         try:
             versions.append(f"{package} {metadata.version(package)}")
         except metadata.PackageNotFoundError:
@@ -80,7 +84,8 @@ def _toolchain() -> str:
 
 
 def cache_key(model: ModelSection) -> str:
-    """Content hash of the model and the calibration samples, the options, and the toolchain."""
+    """Content hash of the model and the calibration samples, the options (the backend and
+    OpenVINO's device among them: they decide the runtimes measured), and the toolchain."""
     digest = hashlib.sha256()
     with open(model.path, "rb") as file:
         while chunk := file.read(1 << 20):
@@ -89,23 +94,33 @@ def cache_key(model: ModelSection) -> str:
     for sample in sorted(p for p in folder.iterdir() if p.is_file()):
         digest.update(sample.name.encode())
         digest.update(sample.read_bytes())
-    digest.update(json.dumps([model.optimize, model.min_cosine, _toolchain()]).encode())
+    target = [model.optimize, model.min_cosine, model.backend, model.openvino.device]
+    digest.update(json.dumps([*target, _toolchain()]).encode())
     return digest.hexdigest()[:32]
 
 
+def _model_files(name: str) -> tuple[str, ...]:
+    """The files a built model is: an OpenVINO IR is its .xml and the .bin of its weights."""
+    return (name, str(Path(name).with_suffix(".bin"))) if name.endswith(".xml") else (name,)
+
+
 def _digest(folder: int, name: str) -> tuple[int, str]:
-    """The size and sha256 of the regular file `name` in `folder` (a link is refused)."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise safefs.CorruptFileError(f"{name} is not a regular file")
-        digest, size = hashlib.sha256(), 0
-        while chunk := os.read(fd, 1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-        return size, digest.hexdigest()
-    finally:
-        os.close(fd)
+    """The size and sha256 of the built model `name` in `folder`, all of its files in order (a
+    link is refused)."""
+    digest, size = hashlib.sha256(), 0
+    for part in _model_files(name):
+        fd = os.open(
+            part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
+        )
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise safefs.CorruptFileError(f"{part} is not a regular file")
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+    return size, digest.hexdigest()
 
 
 def _number(value: object, *, optional: bool = False) -> bool:
@@ -132,12 +147,14 @@ def _verified(entry: Path, *, cached: bool) -> Built:
                 accuracy["cosine_min"],
                 accuracy["top1_agreement"],
                 cached,
+                doc["runtime"],
             )
         except (KeyError, TypeError) as exc:
             raise safefs.CorruptFileError(f"{RESULT} has no {exc}") from None
         if not (
             isinstance(size, int)
             and isinstance(sha256, str)
+            and built.runtime in RUNTIMES
             and isinstance(built.precision, str)
             and _number(built.speedup, optional=True)
             and _number(built.cosine_min)
@@ -146,8 +163,8 @@ def _verified(entry: Path, *, cached: bool) -> Built:
             raise safefs.CorruptFileError(f"{RESULT} has a value of the wrong type")
         try:
             found = _digest(folder, name)
-        except FileNotFoundError:
-            raise safefs.CorruptFileError(f"{name} is missing") from None
+        except FileNotFoundError as exc:
+            raise safefs.CorruptFileError(f"{exc.filename or name} is missing") from None
         if found[0] != size:
             raise safefs.CorruptFileError(f"{name} has {found[0]} bytes, {RESULT} says {size}")
         if found[1] != sha256:
@@ -210,6 +227,12 @@ class Optimizer:
 
     def command(self, model: ModelSection, out: Path) -> list[str]:
         nice = [shutil.which("nice") or "nice", "-n", "19"]
+        # The runtimes the backend setting leaves open: with "auto", every one installed
+        # (OpenVINO beside onnxruntime on an x86 CPU), the fastest that passes serves.
+        target = {
+            "openvino": ["--target", "openvino", "--device", model.openvino.device],
+            "onnxruntime": ["--target", "cpu", "--runtime", "onnxruntime"],
+        }.get(model.backend, [])
         return [
             *nice,
             sys.executable,
@@ -225,6 +248,7 @@ class Optimizer:
             model.optimize,
             "--min-cosine",
             str(model.min_cosine),
+            *target,
             "--json",
         ]
 

@@ -5,8 +5,8 @@ a temporary file and a rename, so --out never holds a half-written model."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
 import os
 import sys
 import tempfile
@@ -15,55 +15,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcpd.optimize import PRECISIONS, ROCKCHIP, TARGETS
 from mcpd.optimize.interface import OptimizeError
 
 if TYPE_CHECKING:
     from mcpd.optimize.layers import Layer
 
-LAYER_SAMPLES = 3  # held-out samples the toolkit's per-layer analysis runs on (each layer's worst)
 LAYERS_SHOWN = 10  # worst layers in the --json document (5 in the table)
 
 
-def _options(args: argparse.Namespace) -> Any:
-    from mcpd.optimize.search import Options
-
-    if args.target not in TARGETS:
-        raise OptimizeError(
-            f"--target {args.target!r}: unknown target (one of {', '.join(TARGETS)})"
-        )
-    if args.target in ROCKCHIP and args.precision not in ("auto", "int8", "fp16"):
-        raise OptimizeError(
-            f"--precision {args.precision}: the NPU targets take auto, int8 or fp16"
-        )
-    if args.precision not in PRECISIONS:
-        raise OptimizeError(
-            f"--precision {args.precision!r}: unknown precision (one of {', '.join(PRECISIONS)})"
-        )
-    for flag, value in (("--min-cosine", args.min_cosine), ("--min-top1", args.min_top1)):
-        if not 0.0 <= value <= 1.0:
-            raise OptimizeError(f"{flag} {value}: must be between 0 and 1")
-    if not (math.isfinite(args.budget) and args.budget > 0):
-        raise OptimizeError(f"--budget {args.budget}: must be a positive number of seconds")
-    if args.layer_analysis and args.target not in ROCKCHIP:
-        raise OptimizeError(
-            f"--layer-analysis: rknn-toolkit2's analysis, for the NPU targets only (not "
-            f"{args.target}; there the per-layer sensitivity is in the output when INT8 fails)"
-        )
-    toolkit = None
-    if args.target in ROCKCHIP:
-        from mcpd.optimize.rockchip import toolkit_python
-
-        toolkit = toolkit_python()
-    return Options(
-        args.target,
-        args.precision,
-        args.min_cosine,
-        args.min_top1,
-        args.budget,
-        toolkit,
-        LAYER_SAMPLES if args.layer_analysis else 0,
-    )
+def _write_model(source: Path, out: Path, name: str) -> Path:
+    """Write the model to out/name; an OpenVINO IR's weights (<name>.bin) first, so that an .xml
+    in --out always has its weights beside it."""
+    if source.suffix != ".xml":
+        return _write(source, out, name)
+    weights = _write(source.with_suffix(".bin"), out, Path(name).with_suffix(".bin").name)
+    try:
+        return _write(source, out, name)
+    except BaseException:
+        weights.unlink()
+        raise
 
 
 def _write(source: Path, out: Path, name: str) -> Path:
@@ -127,6 +97,7 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
         "model": str(model),
         "output": str(written),
         "target": target,
+        "runtime": chosen.runtime,
         "precision": chosen.precision,
         "speedup": _ratio(ref, chosen.latency_ms),
         "latency_ms": {
@@ -142,6 +113,7 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
         "candidates": [
             {
                 "name": c.label,
+                "runtime": c.runtime,
                 "precision": c.precision,
                 "latency_ms": _ms(c.latency_ms),
                 "speedup": _ratio(ref, c.latency_ms),
@@ -152,8 +124,12 @@ def document(model: Path, written: Path, target: str, outcome: Any) -> dict[str,
                 "accepted": c.accepted,
                 "chosen": c is chosen,
                 "layers": _layers(c.layers, LAYERS_SHOWN),
+                "seconds": None if c.seconds is None else round(c.seconds, 1),
             }
             for c in outcome.candidates
+        ],
+        "skipped": [
+            {"name": s.label, "reason": s.reason, "speedup": s.speedup} for s in outcome.skipped
         ],
         "sensitivity": [
             {"node": s.node, "op_type": s.op_type, "added_error": s.added_error}
@@ -169,15 +145,18 @@ def table(doc: dict[str, Any]) -> str:
         return "-".rjust(width) if value is None else format(value, fmt)
 
     lines = [
-        f"{'candidate':<44} {'ms':>8} {'speedup':>8} {'cosine':>8} {'max abs':>9} {'top-1':>6}",
+        f"{'candidate':<44} {'runtime':<11} {'ms':>8} {'speedup':>8} {'cosine':>8} "
+        f"{'max abs':>9} {'top-1':>6} {'s':>6}",
     ]
     for c in doc["candidates"]:
         mark = "*" if c["chosen"] else ("" if c["accepted"] else " (below gate)")
         lines.append(
-            f"{c['name']:<44} {cell(c['latency_ms'], '8.2f')} {cell(c['speedup'], '7.2f')}"
-            f"{'x' if c['speedup'] is not None else ' '} "
-            f"{c['cosine_min']:8.4f} {c['max_abs']:9.3g} {cell(c['top1_agreement'], '6.3f')}{mark}"
+            f"{c['name']:<44} {c['runtime']:<11} {cell(c['latency_ms'], '8.2f')} "
+            f"{cell(c['speedup'], '7.2f')}{'x' if c['speedup'] is not None else ' '} "
+            f"{c['cosine_min']:8.4f} {c['max_abs']:9.3g} {cell(c['top1_agreement'], '6.3f')} "
+            f"{cell(c['seconds'], '6.1f')}{mark}"
         )
+    lines += [f"skipped {s['name']}: {s['reason']}" for s in doc["skipped"]]
     for c in doc["candidates"]:
         if c["layers"]:
             lines.append(f"worst layers of {c['name']} (single-layer cosine, entire, note):")
@@ -188,7 +167,7 @@ def table(doc: dict[str, Any]) -> str:
                 for layer in c["layers"][:5]
             )
     speedup = "" if doc["speedup"] is None else f", {doc['speedup']:.2f}x"
-    lines.append(f"wrote {doc['output']} ({doc['precision']}{speedup})")
+    lines.append(f"wrote {doc['output']} ({doc['precision']}, {doc['runtime']}{speedup})")
     return "\n".join(lines)
 
 
@@ -203,9 +182,10 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from mcpd.optimize import interface, samples
     from mcpd.optimize.measure import outputs
+    from mcpd.optimize.options import from_args
     from mcpd.optimize.search import Search
 
-    options = _options(args)
+    options = from_args(args)
     model_path = Path(args.model)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -222,6 +202,15 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # onnxruntime's Fail, InvalidArgument, NotImplemented, ...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OptimizeError(f"{model_path}: onnxruntime cannot run it ({first})") from None
+    if "openvino" in options.runtimes:
+        try:
+            interface.openvino_interface(model_path)
+        except OptimizeError as exc:
+            if args.target == "openvino" or args.runtime is not None:
+                raise
+            # OpenVINO was only taken because it is installed: the model still gets onnxruntime's.
+            print(f"mcpd optimize: onnxruntime only: {exc}", file=sys.stderr)
+            options = dataclasses.replace(options, runtimes=("onnxruntime",))
     started = time.monotonic()
 
     def progress(line: str) -> None:
@@ -233,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         outcome = search.run()
         name = f"{model_path.stem}.{outcome.chosen.precision}{outcome.chosen.path.suffix}"
-        written = _write(outcome.chosen.path, out, name)
+        written = _write_model(outcome.chosen.path, out, name)
     doc = document(model_path, written, options.target, outcome)
     print(json.dumps(doc, indent=2) if args.json else table(doc))
     return 0

@@ -1,11 +1,14 @@
 """Reading a model and its interface: input/output names, datatypes and shapes (dynamic axes by
 name). The optimizer promises the same interface in what it writes, so it is read once here and
-written back onto every candidate."""
+written back onto every candidate. An OpenVINO build is held to the interface OpenVINO reads from
+the original (openvino_interface), which is what the openvino backend would serve the original
+with: OpenVINO infers some output shapes more precisely than an ONNX file declares them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -76,6 +79,43 @@ def interface(model: onnx.ModelProto) -> Interface:
         inputs=tuple(_spec(v) for v in model.graph.input if v.name not in weights),
         outputs=tuple(_spec(v) for v in model.graph.output),
     )
+
+
+def openvino_interface(path: Path) -> Interface:
+    """The interface of a model file (IR or ONNX) as OpenVINO reads it (a dynamic axis has no
+    name there); OptimizeError when OpenVINO is missing or cannot read the file."""
+    from mcpd.serving.backends import openvino
+    from mcpd.serving.errors import LoadError
+
+    if not path.is_file():
+        raise OptimizeError(f"{path}: no such model file")
+    try:
+        model = openvino.runtime().Core().read_model(str(path))
+    except LoadError as exc:
+        raise OptimizeError(str(exc)) from None
+    except RuntimeError as exc:
+        raise OptimizeError(
+            f"{path}: not a model OpenVINO reads ({openvino.reason(exc)})"
+        ) from None
+    return Interface(
+        tuple(_port_spec(port) for port in model.inputs),
+        tuple(_port_spec(port) for port in model.outputs),
+    )
+
+
+def _port_spec(port: Any) -> TensorSpec:
+    from mcpd.serving.backends.openvino import OV_TYPES
+    from mcpd.serving.tensors import DTYPES
+
+    type_name = port.get_element_type().get_type_name()
+    dtype = DTYPES[OV_TYPES[type_name]] if type_name in OV_TYPES else None
+    shape = port.get_partial_shape()
+    dims = (
+        None
+        if shape.rank.is_dynamic
+        else tuple(d.get_length() if d.is_static else None for d in shape)
+    )
+    return TensorSpec(port.get_any_name(), dtype, dims)
 
 
 def restore_interface(candidate: onnx.ModelProto, original: onnx.ModelProto) -> None:

@@ -1,12 +1,15 @@
 """Measuring a candidate: its outputs on the validation samples against the reference's (cosine
 per output, max abs error, top-1 agreement for classification-shaped outputs) and its latency
-(median of repeated runs at batch 1 on this machine's CPU)."""
+(median of repeated runs at batch 1 on this machine's CPU). A model file runs as mcpd serves it:
+an OpenVINO IR (.xml) compiled by the openvino backend's own open_compiled (at the precision
+stored in it, one stream), any other file in an onnxruntime CPU session; so one timing can set
+candidates of both runtimes side by side."""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,8 @@ from mcpd.optimize.interface import TensorSpec
 from mcpd.optimize.samples import Sample
 
 Outputs = list[list[np.ndarray]]  # per sample, per output
+Runner = Callable[[Sample], list[np.ndarray]]
+"""One inference of a model: a sample in, its outputs in the model's order out."""
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,27 @@ def session(
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def outputs(path: Path, samples: list[Sample]) -> Outputs:
-    runner = session(path)
-    return [list(runner.run(None, sample)) for sample in samples]
+def runner(path: Path, device: str = "CPU") -> Runner:
+    """The model file ready to run: an .xml through OpenVINO on `device`, else onnxruntime."""
+    if path.suffix.lower() == ".xml":
+        return _openvino(path, device)
+    run = session(path).run
+    return lambda sample: list(run(None, sample))
+
+
+def _openvino(path: Path, device: str) -> Runner:
+    from mcpd.config import OpenVinoOptions
+    from mcpd.serving.backends.openvino import open_compiled
+
+    # Precision "auto": the one the optimizer stored in the IR, as serving reads it.
+    request = open_compiled(path, OpenVinoOptions(device=device)).create_infer_request()
+    # Inputs by name; outputs are copies (the request's own are overwritten by its next run).
+    return lambda sample: list(request.infer(sample).to_tuple())
+
+
+def outputs(path: Path, samples: list[Sample], device: str = "CPU") -> Outputs:
+    run = runner(path, device)
+    return [run(sample) for sample in samples]
 
 
 def latencies_ms(
@@ -67,30 +90,32 @@ def latencies_ms(
     rounds: int = 20,
     budget_s: float = 20.0,
     clock: Callable[[], float] = time.perf_counter,
+    device: str = "CPU",
 ) -> list[float]:
     """Median latency of each model at batch 1, measured side by side (side_by_side_ms)."""
-    return side_by_side_ms([session(path) for path in paths], sample, rounds, budget_s, clock)
+    runners = [runner(path, device) for path in paths]
+    return side_by_side_ms(runners, sample, rounds, budget_s, clock)
 
 
 def side_by_side_ms(
-    runners: list[ort.InferenceSession],
+    runners: Sequence[Callable[[Sample], object]],
     sample: Sample,
     rounds: int = 20,
     budget_s: float = 20.0,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
-    """Median latency of each session: one run of each per round (after two warm-up runs each),
+    """Median latency of each runner: one run of each per round (after two warm-up runs each),
     so the machine's noise falls on all of them alike. At least 5 rounds; more until `rounds` or
     `budget_s`."""
-    for runner in runners:
+    for run in runners:
         for _ in range(2):
-            runner.run(None, sample)
+            run(sample)
     times: list[list[float]] = [[] for _ in runners]
     deadline = clock() + budget_s
     while len(times[0]) < rounds and (len(times[0]) < 5 or clock() < deadline):
-        for runner, spent in zip(runners, times, strict=True):
+        for run, spent in zip(runners, times, strict=True):
             start = clock()
-            runner.run(None, sample)
+            run(sample)
             spent.append(clock() - start)
     return [statistics.median(spent) * 1000 for spent in times]
 

@@ -14,18 +14,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mcpd.config import OpenVinoOptions
-from mcpd.optimize.interface import OptimizeError, TensorSpec, interface, load
+from mcpd.optimize.interface import (
+    OptimizeError,
+    TensorSpec,
+    interface,
+    load,
+    openvino_interface,
+)
 from mcpd.optimize.measure import session
 from mcpd.serving.backends import openvino
 from mcpd.serving.errors import LoadError
-from mcpd.serving.tensors import DTYPES
 
-RUNTIMES = ("onnxruntime", "openvino")
 PRECISIONS = ("auto", "f32", "bf16", "f16")
 """OpenVINO's inference precision hints (`[models.openvino] precision`)."""
 NATIVE = {"bf16": "BF16", "f16": "FP16"}
@@ -105,24 +108,7 @@ def inputs_of(path: Path) -> tuple[TensorSpec, ...]:
     """The file's inputs: an ONNX file's through onnx, an IR's through OpenVINO."""
     if path.suffix.lower() != ".xml":
         return interface(load(path)).inputs
-    if not path.is_file():
-        raise OptimizeError(f"{path}: no such model file")
-    try:
-        model = openvino.runtime().Core().read_model(str(path))
-    except LoadError as exc:
-        raise OptimizeError(str(exc)) from None
-    except RuntimeError as exc:
-        raise OptimizeError(
-            f"{path}: not a model OpenVINO reads ({openvino.reason(exc)})"
-        ) from None
-    return tuple(_spec(port) for port in model.inputs)
-
-
-def _spec(port: Any) -> TensorSpec:
-    type_name = port.get_element_type().get_type_name()
-    dtype = DTYPES[openvino.OV_TYPES[type_name]] if type_name in openvino.OV_TYPES else None
-    dims = tuple(d.get_length() if d.is_static else None for d in port.get_partial_shape())
-    return TensorSpec(port.get_any_name(), dtype, dims)
+    return openvino_interface(path).inputs
 
 
 def openvino_capabilities() -> list[str] | None:

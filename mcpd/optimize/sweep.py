@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mcpd.optimize import runners, sweep_report
+from mcpd.optimize.background import RUNTIMES
 from mcpd.optimize.interface import OptimizeError, TensorSpec
 from mcpd.optimize.onboard import BoardWatch, Window, caps_held, domains_to_cap
 from mcpd.optimize.pareto import Point, frontier
@@ -198,7 +199,7 @@ def sweep(
     def models(fraction: float | None) -> None:
         for path in paths:
             fixed = _fixed_batch(path)
-            readers = runners.runtimes_of(path, runners.RUNTIMES)
+            readers = runners.runtimes_of(path, RUNTIMES)
             for batch in [fixed] if fixed else batches:
                 for setting in [s for s in settings if s.runtime in readers]:
                     m = measure(path, batch, setting, seconds, watch, fraction)
@@ -226,11 +227,11 @@ def _plan(args: argparse.Namespace, paths: list[Path]) -> tuple[list[Setting], l
     files unless --runtime names them (then each must be there)."""
     capabilities = runners.openvino_capabilities()
     if args.runtime:
-        wanted = _names(args.runtime, "--runtime", runners.RUNTIMES)
+        wanted = _names(args.runtime, "--runtime", RUNTIMES)
         if "openvino" in wanted and capabilities is None:
             raise OptimizeError("--runtime openvino needs OpenVINO: pip install 'mcpd[openvino]'")
     else:
-        wanted = [r for r in runners.RUNTIMES if r != "openvino" or capabilities is not None]
+        wanted = [r for r in RUNTIMES if r != "openvino" or capabilities is not None]
     for path in paths:
         if not runners.runtimes_of(path, wanted):
             raise OptimizeError(f"{path}: no runtime of {', '.join(wanted)} reads an .xml file")

@@ -168,7 +168,7 @@ class Loader:
             f", fixed model batch {backend.fixed_batch}" if backend.fixed_batch else ""
         )
         if built is not None:
-            what += f", optimized: {built.precision}" + (
+            what += f", optimized: {built.precision} ({built.runtime})" + (
                 f" {built.speedup:.2f}x" if built.speedup else ""
             )
         verb = "reloaded" if old else "loaded"

@@ -38,13 +38,24 @@ class Target:
 
     def source(self) -> ModelSection:
         """The table the session is built from: the optimized file, where there is one,
-        replaces the path, and a saved graph of the original must not stand in for it."""
+        replaces the path, and a saved graph of the original must not stand in for it. A build
+        OpenVINO was measured in is served by the openvino backend with `[models.openvino]`
+        (its precision "auto": the one stored in the IR), with the model's threads: that
+        table's where set, else those onnxruntime served the original with."""
         if self.built is None:
             return self.model
+        model = self.model
+        if self.built.runtime == "openvino":
+            threads = model.openvino.threads or model.onnxruntime.intra_op_threads
+            model = dataclasses.replace(
+                model,
+                backend="openvino",
+                openvino=dataclasses.replace(model.openvino, threads=threads),
+            )
         return dataclasses.replace(
-            self.model,
+            model,
             path=str(self.built.path),
-            onnxruntime=dataclasses.replace(self.model.onnxruntime, optimized_model_path=""),
+            onnxruntime=dataclasses.replace(model.onnxruntime, optimized_model_path=""),
         )
 
 
