@@ -60,7 +60,9 @@ def _nncf() -> Iterator[Any]:
         import nncf
     except ImportError as exc:
         raise RuntimeError(f"needs NNCF: pip install 'mcpd[openvino]' ({exc})") from None
-    nncf.set_log_level(logging.ERROR)
+    # Its logger's level alone: nncf.set_log_level also sets the level of every handler its
+    # logger holds, which can be the host's (pytest's capture handlers were left at ERROR).
+    logging.getLogger("nncf").setLevel(logging.ERROR)
     with contextlib.redirect_stdout(sys.stderr):
         yield nncf
 
