@@ -467,10 +467,10 @@ class ServingSupervisor:
             return
         self.restarts += 1
         self._quick_exits = 0 if lived_s >= STABLE_S else self._quick_exits + 1
+        # The doublings stop at 64, far past BACKOFF_MAX_S: 2 ** 1024 is no float.
+        doublings = min(self._quick_exits - 2, 64)
         delay = (
-            0.0
-            if self._quick_exits <= 1
-            else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._quick_exits - 2))
+            0.0 if self._quick_exits <= 1 else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**doublings)
         )
         self._next_start = self.clock() + delay
         if delay:
