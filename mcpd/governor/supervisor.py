@@ -12,9 +12,9 @@ The governor:
   which then lowers its own priority further, in a session and process group of its own: what it
   starts (the background optimizer, `mcpd optimize`) is killed with it when it exits, so a build
   never outlives the serving process that wanted it;
-- restarts it whenever it exits, for any reason: at once if it had served STABLE_S, else after a
-  delay that doubles with each quick exit (BACKOFF_FIRST_S .. BACKOFF_MAX_S). Each exit is logged
-  and published as an event; while a crash loop waits, the stand-in (mcpd.governor.standin) answers status
+- restarts it whenever it exits, for any reason (restart_policy): at once if it had served
+  STABLE_S, else after a delay that doubles with each quick exit (BACKOFF_FIRST_S ..
+  BACKOFF_MAX_S). Each exit is logged and published as an event; while a crash loop waits, the stand-in (mcpd.governor.standin) answers status
   and tells everyone else when to retry;
 - talks to it through mcpd.ipc: batch sizes and its status document in shared memory, the
   configuration, events and model statistics over a socket pair. A configuration is never
@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from mcpd.backoff import Backoff, Restarts
 from mcpd.config import Config, tcp_listeners
 from mcpd.events import Event, EventBus
 from mcpd.governor.standin import StandIn
@@ -85,6 +86,12 @@ _PRIVATE_ENV = (
     "LISTEN_FDS",
     "LISTEN_FDNAMES",
 )
+
+
+def restart_policy() -> Restarts:
+    """At once after a stable run and after the first quick exit, then BACKOFF_FIRST_S doubling
+    up to BACKOFF_MAX_S while serving keeps exiting quickly."""
+    return Restarts(Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S, at_once=1), STABLE_S)
 
 
 def describe_exit(status: int) -> str:
@@ -138,8 +145,7 @@ class ServingSupervisor:
         self._channel: Channel | None = None
         self._standin: StandIn | None = None
         self._started_at = 0.0
-        self._next_start = 0.0
-        self._quick_exits = 0
+        self._restarts = restart_policy()
         self._published_batch: Mapping[str, int] | None = None
         self._status_at = -1e9
         self._lock = threading.Lock()
@@ -241,7 +247,7 @@ class ServingSupervisor:
 
     def _step(self) -> None:
         now = self.clock()
-        if self.pid is None and now >= self._next_start:
+        if self.pid is None and now >= self._restarts.backoff.next_at:
             self._spawn()
         with self._lock:
             config, self._reload = self._reload, None
@@ -260,7 +266,7 @@ class ServingSupervisor:
         since the close comes while the process is still going away."""
         due = [self._status_at + STATUS_S]
         if self.pid is None:
-            due.append(self._next_start)
+            due.append(self._restarts.backoff.next_at)
         elif self._channel is None:
             due.append(now + TICK_S)
         if self._standin is not None:
@@ -466,13 +472,7 @@ class ServingSupervisor:
         if self._stop.is_set():
             return
         self.restarts += 1
-        self._quick_exits = 0 if lived_s >= STABLE_S else self._quick_exits + 1
-        # The doublings stop at 64, far past BACKOFF_MAX_S: 2 ** 1024 is no float.
-        doublings = min(self._quick_exits - 2, 64)
-        delay = (
-            0.0 if self._quick_exits <= 1 else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**doublings)
-        )
-        self._next_start = self.clock() + delay
+        delay = self._restarts.exited(lived_s, self.clock())
         if delay:
             self.state = "restarting"
             assert self._listener is not None
@@ -482,7 +482,7 @@ class ServingSupervisor:
             )
             message = (
                 f"serving process {pid} exited ({reason}) after {lived_s:.1f} s, "
-                f"{self._quick_exits} quick exits in a row; next start in {delay:g} s"
+                f"{self._restarts.backoff.failures} quick exits in a row; next start in {delay:g} s"
             )
             log.error("%s", message)
         else:
@@ -502,7 +502,7 @@ class ServingSupervisor:
         why = f"the serving process exited ({reason})"
         if self.config_error is not None:
             why += f"; {self.config_error}"
-        return why, max(0.0, self._next_start - self.clock())
+        return why, max(0.0, self._restarts.backoff.next_at - self.clock())
 
     def _terminate(self) -> None:
         """Stop the child: it stops accepting, finishes what it has taken, and exits."""
