@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mcpd.backoff import Backoff
 from mcpd.config import parse
-from mcpd.governor.supervisor import BACKOFF_MAX_S, STABLE_S, restart_policy
+from mcpd.governor.serving_child import BACKOFF_MAX_S, STABLE_S, restart_policy
 from mcpd.telemetry.link import Link
 from mcpd.telemetry.topics import Topics
 

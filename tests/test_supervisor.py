@@ -26,7 +26,9 @@ from mcpd.client import Client
 from mcpd.config import Config, parse
 from mcpd.demo import MODEL
 from mcpd.events import EventBus
-from mcpd.governor.supervisor import RESEND_S, ServingSupervisor
+from mcpd.governor.config_delivery import RESEND_S, ConfigDelivery
+from mcpd.governor.serving_reports import ServingReports
+from mcpd.governor.supervisor import ServingSupervisor
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
@@ -356,29 +358,28 @@ def test_a_configuration_serving_cannot_take_is_said_and_the_socket_still_answer
     assert running.restarts >= 2
 
 
-def test_a_configuration_is_sent_again_until_serving_acknowledges_it(tmp_path: Path) -> None:
+def test_a_configuration_is_sent_again_until_serving_acknowledges_it() -> None:
     """Taken by the channel is not yet taken by serving (a memfd it had no descriptor for is
     dropped by the kernel): the configuration goes again every RESEND_S until acknowledged."""
-    now = [100.0]
-    running = ServingSupervisor(parse({}), dict, dict, EventBus(), clock=lambda: now[0])  # type: ignore[arg-type]
+    now = 100.0
+    delivery = ConfigDelivery(lambda error: None)
     channel, theirs = ipc.Channel.pair()
     serving = ipc.Channel(theirs)
-    running._channel = channel
     try:
-        running._send_config()
+        delivery.send(parse({}), {}, channel, now)
         (first,) = serving.receive() or [None]
         assert first is not None and first["kind"] == "config" and first["generation"] == 1
-        now[0] += RESEND_S - 0.1
-        running._deliver_config(now[0])
+        now += RESEND_S - 0.1
+        delivery.deliver(channel, now)
         assert serving.receive() == []
-        now[0] += 0.1
-        running._deliver_config(now[0])
+        now += 0.1
+        delivery.deliver(channel, now)
         assert serving.receive() == [first]
         serving.send({"kind": "configured", "generation": 1, "error": None})
-        running._take_messages()
-        now[0] += RESEND_S
-        running._deliver_config(now[0])
-        assert serving.receive() == [] and running.config_error is None
+        ServingReports(EventBus(), delivery).take(channel.receive() or [])
+        now += RESEND_S
+        delivery.deliver(channel, now)
+        assert serving.receive() == [] and delivery.error is None
     finally:
         channel.close()
         serving.close()
