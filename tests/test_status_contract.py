@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import types
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from mcpd import status
 from mcpd.governor.timing import LoopTiming
@@ -29,6 +29,8 @@ def mismatches(value: Any, hint: Any, where: str = "document") -> list[str]:
             found += mismatches(value[key], hints[key], f"{where}.{key}")
         return found
     origin = get_origin(hint)
+    if origin is Literal:
+        return [] if value in get_args(hint) else [f"{where}: {value!r} is not one of its states"]
     if origin in (Union, types.UnionType):
         options = [mismatches(value, option, where) for option in get_args(hint)]
         return [] if any(not found for found in options) else min(options, key=len)
@@ -113,6 +115,15 @@ def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:
     ]
     openvino = {"device": "CPU", "precision": "f32", "capabilities": ["FP32", 16]}
     assert mismatches(openvino, status.OpenVinoDoc) == ["document.capabilities[1]: 16 is not str"]
+
+
+def test_the_checker_finds_a_state_the_contract_does_not_name() -> None:
+    document = FakeBoard()()
+    document["governor"]["state"] = "lower"  # type: ignore[typeddict-item]
+    document["serving"]["state"] = "ready"
+    assert mismatches(document, status.StatusDocument) == [
+        "document.governor.state: 'lower' is not one of its states"
+    ]
 
 
 def test_a_document_too_big_for_shared_memory_keeps_the_contracts_shape() -> None:

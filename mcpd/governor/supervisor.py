@@ -44,7 +44,7 @@ from mcpd.governor.serving_reports import ServingReports
 from mcpd.governor.standin import StandIn
 from mcpd.ipc import Channel
 from mcpd.snapshot import ModelStats
-from mcpd.status import ExitDoc, ServingDoc, StatusDocument
+from mcpd.status import ExitDoc, ServingDoc, ServingState, StatusDocument
 
 log = logging.getLogger("mcpd.governor.supervisor")
 
@@ -72,8 +72,7 @@ class ServingSupervisor:
         self.clock = clock
         self.restarts = 0
         self.last_exit: ExitDoc | None = None
-        self.state = "stopped"
-        """starting, ready, restarting (waiting out a crash-loop delay) or stopped."""
+        self.state: ServingState = "stopped"
         self._block = ServingBlock(status, batch_sizes)
         self._delivery = ConfigDelivery(self._config_settled)
         self._reports = ServingReports(events, self._delivery)
