@@ -13,8 +13,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 
+from mcpd.channel import Channel
 from mcpd.config import Config
-from mcpd.ipc import Channel, IpcError
+from mcpd.ipc import ConfigMessage, IpcError
 
 log = logging.getLogger("mcpd.governor.supervisor")
 
@@ -35,7 +36,7 @@ class ConfigDelivery:
         """The serving process has taken a configuration (it has none until then)."""
         self.error: str | None = None
         """Why the serving process does not have the newest configuration, when it does not."""
-        self._unacknowledged: dict[str, object] | None = None
+        self._unacknowledged: ConfigMessage | None = None
         """The newest configuration, until the serving process acknowledges it."""
         self._sent_at: float | None = None
         """When the channel took it; None while it has not."""
@@ -72,7 +73,7 @@ class ConfigDelivery:
             self._unacknowledged, self._sent_at = None, None
             self._failed(f"configuration {self.generation} not sent: {exc}")
 
-    def acknowledged(self, generation: object, error: object) -> None:
+    def acknowledged(self, generation: int, error: str | None) -> None:
         if generation != self.generation:
             return  # an earlier configuration's; the newest one's is on its way
         self._unacknowledged, self._sent_at = None, None
@@ -81,7 +82,7 @@ class ConfigDelivery:
             self.error = None
             self._settled(None)
         else:
-            refusal = str(error)[:ERROR_CHARS]
+            refusal = error[:ERROR_CHARS]
             self._failed(f"the serving process refused configuration {generation}: {refusal}")
 
     def lost(self) -> None:

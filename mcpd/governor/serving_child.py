@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcpd.backoff import Backoff, Restarts
+from mcpd.channel import Channel
 from mcpd.config import Config, tcp_listeners
-from mcpd.ipc import Channel
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 
 CHILD_FDS = (3, 4, 5)

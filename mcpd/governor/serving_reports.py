@@ -5,9 +5,9 @@ MQTT) and its models' statistics (kept for the status document)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+from mcpd import ipc
 from mcpd.events import Event, EventBus
 from mcpd.governor.config_delivery import ConfigDelivery
 from mcpd.snapshot import ModelStats
@@ -20,48 +20,21 @@ class ServingReports:
         self.stats: dict[str, ModelStats] = {}
         """The models' statistics as serving last sent them."""
 
-    def take(self, messages: Iterable[Mapping[str, Any]]) -> bool:
+    def take(self, messages: Iterable[ipc.Message]) -> bool:
         """Act on each message; True when serving said it is ready."""
         ready = False
         for message in messages:
-            kind = message.get("kind")
-            if kind == "ready":
+            if message["kind"] == "ready":
                 ready = True
-            elif kind == "configured":
-                self.delivery.acknowledged(message.get("generation"), message.get("error"))
-            elif kind == "event":
-                self._forward(message.get("event"))
-            elif kind == "stats":
-                self.stats = _model_stats(message.get("models"))
+            elif message["kind"] == "configured":
+                self.delivery.acknowledged(message["generation"], message["error"])
+            elif message["kind"] == "event":
+                event = message["event"]
+                self.events.publish(Event(event["kind"], event["message"], event["data"]))
+            elif message["kind"] == "stats":
+                self.stats = ipc.model_stats(message)
         return ready
 
     def lost(self) -> None:
         """The serving process exited: its models are not ready, their counts stay."""
         self.stats = {name: dataclasses.replace(s, ready=False) for name, s in self.stats.items()}
-
-    def _forward(self, event: object) -> None:
-        if not isinstance(event, dict) or not isinstance(event.get("message"), str):
-            return
-        data = event.get("data")
-        self.events.publish(
-            Event(
-                str(event.get("kind", "model")),
-                event["message"],
-                data if isinstance(data, dict) else {},
-            )
-        )
-
-
-def _model_stats(models: object) -> dict[str, ModelStats]:
-    """Statistics as the child sent them; anything malformed is left out."""
-    stats: dict[str, ModelStats] = {}
-    if not isinstance(models, dict):
-        return stats
-    for name, fields in models.items():
-        if not isinstance(fields, dict):
-            continue
-        try:
-            stats[str(name)] = ModelStats(**fields)
-        except TypeError:
-            continue
-    return stats

@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from mcpd.channel import Channel
 from mcpd.config import Config, tcp_listeners
 from mcpd.events import Event, EventBus
 from mcpd.governor.config_delivery import ConfigDelivery
@@ -42,7 +43,6 @@ from mcpd.governor.serving_block import ServingBlock
 from mcpd.governor.serving_child import ServingChild, ServingSockets, restart_policy
 from mcpd.governor.serving_reports import ServingReports
 from mcpd.governor.standin import StandIn
-from mcpd.ipc import Channel
 from mcpd.snapshot import ModelStats
 from mcpd.status import ExitDoc, ServingDoc, ServingState, StatusDocument
 
