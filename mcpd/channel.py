@@ -101,8 +101,8 @@ class Channel:
         return True
 
     def receive(self) -> list[Message] | None:
-        """Every message waiting now; None once the other side has closed its end. What is not a
-        message is refused (_refuse) and left out."""
+        """Every message waiting now; None once the other side has closed its end and every message
+        it sent before has been read. What is not a message is refused (_refuse) and left out."""
         messages: list[Message] = []
         while True:
             try:
@@ -112,10 +112,10 @@ class Channel:
             except (BlockingIOError, InterruptedError):
                 return messages
             except OSError:
-                return None
+                return messages or None  # the end is seen again at the next call
             fds = _received_fds(ancillary)
             if not data and not fds:
-                return None
+                return messages or None
             try:
                 if data == _IN_MEMFD and len(fds) == 1 and not flags & socket.MSG_CTRUNC:
                     data = _read_sealed(fds[0], self.limit)
