@@ -14,20 +14,21 @@ Two channels, each chosen for what crosses it:
   written under a sequence lock: the sequence is odd while it is being written, and a reader that
   sees it odd, or changed across its read, reads again.
 
-- A socket pair (SOCK_SEQPACKET: message boundaries kept, ordered, reliable) for events, one JSON
-  object per message. A message of up to INLINE_BYTES is one datagram; a larger one (the
-  configuration of a few hundred models, their statistics) is written to a sealed memfd that
-  crosses with a one-byte datagram (SCM_RIGHTS), up to MESSAGE_BYTES:
-    governor -> serving  {"kind": "config", "generation": N, "config": {...}, "slots": {...}}
-                         (at start and at every reload: the whole configuration, already
-                         validated; N counts the configurations the governor has sent)
-    serving -> governor  {"kind": "configured", "generation": N, "error": null or "why not"}
-                         (the acknowledgement of each configuration; one refused at start ends
-                         that serving process, one refused on reload leaves the previous one)
-                         {"kind": "ready"}                       (listening, models loading)
-                         {"kind": "event", "event": {"kind", "message", "data", "ts"}}
-                         {"kind": "stats", "models": {"name": {ModelStats fields}}}  (once a second;
-                         `statistics` is null: Triton's counts stay in the serving process)
+- A socket pair (mcpd.channel) for messages, one JSON object each, of the TypedDicts below:
+    governor -> serving  ConfigMessage      at start and at every reload: the whole configuration,
+                                            already validated, with the number of the
+                                            configurations the governor has sent so far
+    serving -> governor  ConfiguredMessage  the acknowledgement of each configuration (one refused
+                                            at start ends that serving process, one refused on
+                                            reload leaves the previous one)
+                         ReadyMessage       listening, models loading
+                         EventMessage       one of its events (a model loaded, a load failed)
+                         StatsMessage       its models' statistics, once a second (`statistics`
+                                            is null: Triton's counts stay in the serving process)
+  What arrives is decoded (decode) against the TypedDict its kind names: a message that is not
+  exactly that is refused whole, with an error that names what is wrong, and never reaches the
+  receiver, so that a serving process taken over by a client cannot make the governor act on, or
+  fail at, what no serving process sends.
 
 A model keeps its slot for the governor's lifetime, so a reload never makes the batcher read
 another model's size.
@@ -35,36 +36,21 @@ another model's size.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import mmap
 import os
-import socket
-import stat
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 from mcpd.config import MAX_MODELS
+from mcpd.shapes import mismatches
+from mcpd.snapshot import ModelStats
 from mcpd.status import StatusDocument
 
 MAGIC = b"MCPDIPC1"
 SLOTS = MAX_MODELS
 STATUS_BYTES = 256 * 1024
-INLINE_BYTES = 32 * 1024
-"""The largest message sent as a datagram: far below any socket's send buffer (a datagram over
-it is refused with EMSGSIZE; net.core.wmem_default is 208 KiB, a configuration of 450 models
-205 KB, and a board may set it lower)."""
-MESSAGE_BYTES = 64 * 2**20
-"""The largest message at all, in a memfd: above what any configuration that loads expands to
-(a 1 MiB config file of empty governor profiles, the largest expansion found, is 24 MB of JSON)."""
-FROM_SERVING_BYTES = 4 * 2**20
-"""The largest message the governor reads: the statistics of 256 models are a few hundred KB (their
-paths, bounded by the 1 MiB config file, are most of it), and a serving process taken over by a
-client must not make the governor hold 64 MB."""
-_IN_MEMFD = b"\0"
-"""The datagram that carries a memfd holding the message."""
-_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
 _HEADER = struct.Struct("=8sII")
 _BATCH = struct.Struct("=i")
 _STATUS_HEAD = struct.Struct("=QI")
@@ -81,6 +67,116 @@ that never does must not cost thousands of parses of up to STATUS_BYTES on servi
 
 class IpcError(Exception):
     pass
+
+
+class MessageError(IpcError):
+    """What arrived is not a message of the protocol; says what is wrong."""
+
+
+class ConfigMessage(TypedDict):
+    kind: Literal["config"]
+    generation: int
+    config: dict[str, Any]
+    """mcpd.config.Config as dataclasses.asdict makes it; serving parses it (mcpd.config.parse)."""
+    slots: dict[str, int]
+    """Each configured model's slot in the shared block."""
+
+
+class ConfiguredMessage(TypedDict):
+    kind: Literal["configured"]
+    generation: int
+    error: str | None
+    """Why serving refused the configuration; None when it took it."""
+
+
+class ReadyMessage(TypedDict):
+    kind: Literal["ready"]
+
+
+class EventFields(TypedDict):
+    kind: str
+    message: str
+    data: dict[str, Any]
+    ts: float
+
+
+class EventMessage(TypedDict):
+    kind: Literal["event"]
+    event: EventFields
+
+
+class ModelStatsFields(TypedDict):
+    """mcpd.snapshot.ModelStats as it crosses."""
+
+    ready: bool
+    requests: int
+    errors: int
+    p50_ms: float | None
+    p99_ms: float | None
+    queue_depth: int
+    detail: dict[str, Any]
+    statistics: None
+
+
+class StatsMessage(TypedDict):
+    kind: Literal["stats"]
+    models: dict[str, ModelStatsFields]
+
+
+Message = ConfigMessage | ConfiguredMessage | ReadyMessage | EventMessage | StatsMessage
+_KINDS: dict[str, Any] = {
+    "config": ConfigMessage,
+    "configured": ConfiguredMessage,
+    "ready": ReadyMessage,
+    "event": EventMessage,
+    "stats": StatsMessage,
+}
+
+
+def encode(message: Message) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> Message:
+    """The message in `data`; MessageError when it is not one, naming what is wrong by its path
+    from the kind (`stats.models['m'].p50_ms: 'fast' is not float`)."""
+    try:
+        message = json.loads(data)
+    except ValueError as exc:  # UnicodeDecodeError is one
+        raise MessageError(f"not JSON ({exc})") from None
+    if not isinstance(message, dict):
+        raise MessageError(f"not a JSON object but {type(message).__name__}")
+    kind = message.get("kind")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise MessageError(f"no such kind of message: {kind!r}")
+    wrong = mismatches(message, _KINDS[kind], kind)
+    if wrong:
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise MessageError(min(wrong) + more)
+    return cast(Message, message)  # checked against its TypedDict
+
+
+def stats_message(models: Mapping[str, ModelStats]) -> StatsMessage:
+    return {
+        "kind": "stats",
+        "models": {
+            name: {
+                "ready": stats.ready,
+                "requests": stats.requests,
+                "errors": stats.errors,
+                "p50_ms": stats.p50_ms,
+                "p99_ms": stats.p99_ms,
+                "queue_depth": stats.queue_depth,
+                "detail": dict(stats.detail),
+                "statistics": None,
+            }
+            for name, stats in models.items()
+        },
+    }
+
+
+def model_stats(message: StatsMessage) -> dict[str, ModelStats]:
+    return {name: ModelStats(**fields) for name, fields in message["models"].items()}
 
 
 class SharedBlock:
@@ -162,135 +258,3 @@ class SharedBlock:
                 continue
             return document
         return None
-
-
-class Channel:
-    """One end of the socket pair. Sending never blocks: a message that does not fit in the
-    socket's buffer now is not sent (send returns False and counts it; the governor must never
-    wait on serving, and resends a configuration until it is taken)."""
-
-    def __init__(self, sock: socket.socket, limit: int = MESSAGE_BYTES) -> None:
-        sock.setblocking(False)
-        self.sock = sock
-        self.limit = limit
-        """The largest message taken from the other side."""
-        self.dropped = 0
-
-    @staticmethod
-    def pair() -> tuple[Channel, socket.socket]:
-        """The governor's end, and the serving end to hand to the child."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        return Channel(ours, FROM_SERVING_BYTES), theirs
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def send(self, message: Mapping[str, Any]) -> bool:
-        """True once the message is in the other end's queue; False when the queue is full or the
-        other side is gone. Raises IpcError when it cannot be sent at all (over MESSAGE_BYTES, or
-        no memfd to be had)."""
-        data = json.dumps(message, separators=(",", ":")).encode()
-        kind = message.get("kind")
-        if len(data) > MESSAGE_BYTES:
-            raise IpcError(
-                f"a {kind} message of {len(data)} bytes is too big (at most {MESSAGE_BYTES})"
-            )
-        memfd = None if len(data) <= INLINE_BYTES else _sealed(data, kind)
-        try:
-            if memfd is None:
-                self.sock.send(data)
-            else:
-                socket.send_fds(self.sock, [_IN_MEMFD], [memfd])
-        except (BlockingIOError, InterruptedError):
-            self.dropped += 1
-            return False
-        except OSError:  # the other side is gone; the supervisor sees it exit
-            return False
-        finally:
-            if memfd is not None:
-                os.close(memfd)  # the message in flight holds its own reference
-        return True
-
-    def receive(self) -> list[dict[str, Any]] | None:
-        """Every message waiting now; None once the other side has closed its end."""
-        messages: list[dict[str, Any]] = []
-        while True:
-            try:
-                data, ancillary, flags, _ = self.sock.recvmsg(
-                    INLINE_BYTES, socket.CMSG_SPACE(_FD.size), socket.MSG_CMSG_CLOEXEC
-                )
-            except (BlockingIOError, InterruptedError):
-                return messages
-            except OSError:
-                return None
-            fds = _received_fds(ancillary)
-            if not data and not fds:
-                return None
-            try:
-                if data == _IN_MEMFD and len(fds) == 1 and not flags & socket.MSG_CTRUNC:
-                    data = _read_sealed(fds[0], self.limit)
-                elif fds or flags & socket.MSG_TRUNC:
-                    continue  # never from our own peer; ignore rather than die
-                message = json.loads(data)
-            except (OSError, ValueError):
-                continue
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            if isinstance(message, dict):
-                messages.append(message)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-_FD = struct.Struct("=i")
-
-
-def _sealed(data: bytes, kind: object) -> int:
-    """A memfd holding `data`, sealed so that the reader can trust it never changes or blocks."""
-    try:
-        fd = os.memfd_create(f"mcpd-{kind}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except OSError as exc:
-        raise IpcError(
-            f"no memfd for a {kind} message of {len(data)} bytes: {exc.strerror}"
-        ) from None
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)
-    except OSError as exc:
-        os.close(fd)
-        raise IpcError(
-            f"cannot write a {kind} message of {len(data)} bytes: {exc.strerror}"
-        ) from None
-    return fd
-
-
-def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    fds: list[int] = []
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            whole = len(data) - len(data) % _FD.size
-            fds += [fd for (fd,) in _FD.iter_unpack(data[:whole])]
-    return fds
-
-
-def _read_sealed(fd: int, limit: int) -> bytes:
-    """The message in a memfd the other process passed; refused (ValueError) unless it is a
-    sealed memfd of at most `limit` bytes, which no one can change or make block while it is read
-    (a file on a hung FUSE mount would block the governor)."""
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-        raise ValueError("not a message")
-    try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-    except OSError:  # not a memfd
-        seals = 0
-    if seals & _SEALS != _SEALS:
-        raise ValueError("not a sealed memfd")
-    data = os.pread(fd, info.st_size, 0)
-    if len(data) != info.st_size:
-        raise ValueError("a short read")
-    return data

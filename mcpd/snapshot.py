@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mcpd.status imports this module
+    from mcpd.status import GovernorState
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,7 @@ class Snapshot:
     temperatures: Mapping[str, float | None]
     powers: Mapping[str, float | None]
     domains: tuple[DomainStatus, ...]
-    state: str
-    """starting, lowering, raising, holding, write-failing, fail-safe, paused or ungoverned."""
+    state: GovernorState
     profile: str
     """The governor profile in force ("default": the [governor] values)."""
     last_action: LastAction | None

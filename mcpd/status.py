@@ -13,12 +13,29 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from mcpd import __version__
 from mcpd.percentiles import DurationSummary
 from mcpd.snapshot import ModelStats, Snapshot, WriteFailure
 from sensors.sysfs import read_text
+
+GovernorState = Literal[
+    "starting",
+    "lowering",
+    "raising",
+    "holding",
+    "write-failing",
+    "fail-safe",
+    "paused",
+    "ungoverned",
+]
+"""What the governor does (README, "The governor and the control loop"): `write-failing` while
+the kernel refuses a cap (nothing is lowered then), `fail-safe` while a governing signal is
+unknown, `ungoverned` with nothing to govern by or with."""
+ServingState = Literal["stopped", "starting", "ready", "restarting"]
+"""The serving process's (mcpd.governor.supervisor): `restarting` while a crash-loop delay is
+waited out."""
 
 
 class WriteFailureDoc(TypedDict):
@@ -57,7 +74,7 @@ class LastActionDoc(TypedDict):
 
 
 class GovernorDoc(TypedDict):
-    state: str
+    state: GovernorState
     policy: str
     profile: str
     external_cap_changes: int
@@ -112,8 +129,7 @@ class ExitDoc(TypedDict):
 
 class ServingDoc(TypedDict):
     pid: int | None
-    state: str
-    """stopped, starting, ready or restarting."""
+    state: ServingState
     restarts: int
     last_exit: ExitDoc | None
     config_error: str | None

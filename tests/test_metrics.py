@@ -4,7 +4,7 @@ labels, values against the status document, and the content negotiation."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from prometheus_client.metrics_core import Metric
@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mcpd.serving.metrics import GOVERNOR_STATES, Exposition
 from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import ModelStats, Statistics
+from mcpd.status import GovernorState
 from tests.serving_server import status_document
 
 
@@ -67,6 +68,16 @@ def test_text_format_0_0_4_by_default_with_the_status_documents_values() -> None
     assert samples(families["mcpd_daemon_resident_memory_bytes"]) == {(): 50 * 2**20}
     assert samples(families["mcpd_daemon_cpu_ratio"]) == {(): 0.01}
     assert samples(families["mcpd_build_info"]) == {(("version", "0.1.0"),): 1}
+
+
+@pytest.mark.parametrize("state", get_args(GovernorState))
+def test_every_state_the_governor_reports_is_a_series(state: str) -> None:
+    """The states are the status contract's (mcpd.status.GovernorState), not a list copied into the
+    metrics, which goes stale when the governor gains one."""
+    document = status_document()
+    document["governor"]["state"] = state
+    series = samples(scrape(document)[0]["mcpd_governor_state"])
+    assert series == {(("state", s),): float(s == state) for s in get_args(GovernorState)}
 
 
 def test_governor_state_is_one_series_per_state() -> None:

@@ -1,54 +1,21 @@
 """The status document's typed contract (mcpd.status): what the daemon builds has exactly its keys
-and types, and every path the document takes keeps that shape."""
+and types (checked by mcpd.shapes, as the IPC messages are), and every path the document takes
+keeps that shape."""
 
 from __future__ import annotations
 
 import json
-import types
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Any
 
 from mcpd import status
 from mcpd.governor.timing import LoopTiming
 from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
+from mcpd.shapes import mismatches
 from mcpd.snapshot import DomainStatus, ModelStats, Snapshot, WriteFailure
 from tests.mqtt_status import FakeBoard
 from tests.serving_server import Served, config, status_document
-
-
-def mismatches(value: Any, hint: Any, where: str = "document") -> list[str]:
-    """Where `value` does not have the shape `hint` (a TypedDict of the contract) says."""
-    if is_typeddict(hint):
-        if not isinstance(value, dict):
-            return [f"{where}: {value!r} is not an object"]
-        hints = get_type_hints(hint)
-        found = [f"{where}: extra key {key!r}" for key in value.keys() - hints.keys()]
-        found += [f"{where}: no key {key!r}" for key in hints.keys() - value.keys()]
-        for key in hints.keys() & value.keys():
-            found += mismatches(value[key], hints[key], f"{where}.{key}")
-        return found
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        options = [mismatches(value, option, where) for option in get_args(hint)]
-        return [] if any(not found for found in options) else min(options, key=len)
-    if origin is dict:
-        if not isinstance(value, dict):
-            return [f"{where}: {value!r} is not an object"]
-        _, item = get_args(hint)
-        return [p for key, v in value.items() for p in mismatches(v, item, f"{where}[{key!r}]")]
-    if origin is list:
-        if not isinstance(value, list):
-            return [f"{where}: {value!r} is not a list"]
-        (item,) = get_args(hint)
-        return [p for i, v in enumerate(value) for p in mismatches(v, item, f"{where}[{i}]")]
-    if hint is type(None):
-        return [] if value is None else [f"{where}: {value!r} is not null"]
-    if hint is object:
-        return []
-    allowed = (int, float) if hint is float else hint
-    ok = isinstance(value, allowed) and (hint is bool or not isinstance(value, bool))
-    return [] if ok else [f"{where}: {value!r} is not {hint.__name__}"]
 
 
 def test_the_document_has_exactly_the_contracts_keys_and_types() -> None:
@@ -113,6 +80,15 @@ def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:
     ]
     openvino = {"device": "CPU", "precision": "f32", "capabilities": ["FP32", 16]}
     assert mismatches(openvino, status.OpenVinoDoc) == ["document.capabilities[1]: 16 is not str"]
+
+
+def test_the_checker_finds_a_state_the_contract_does_not_name() -> None:
+    document = FakeBoard()()
+    document["governor"]["state"] = "lower"  # type: ignore[typeddict-item]
+    document["serving"]["state"] = "ready"
+    assert mismatches(document, status.StatusDocument) == [
+        "document.governor.state: 'lower' is not one of its states"
+    ]
 
 
 def test_a_document_too_big_for_shared_memory_keeps_the_contracts_shape() -> None:

@@ -21,12 +21,16 @@ from typing import Any
 
 import pytest
 
-from mcpd import ipc
+from mcpd import channel
+from mcpd.channel import Channel
 from mcpd.client import Client
 from mcpd.config import Config, parse
 from mcpd.demo import MODEL
 from mcpd.events import EventBus
-from mcpd.governor.supervisor import RESEND_S, ServingSupervisor
+from mcpd.governor.config_delivery import RESEND_S, ConfigDelivery
+from mcpd.governor.serving_reports import ServingReports
+from mcpd.governor.supervisor import ServingSupervisor
+from mcpd.status import inference
 from tests.conftest import PROJECT
 from tests.test_daemon import RunningDaemon
 
@@ -340,7 +344,7 @@ def test_a_configuration_serving_cannot_take_is_said_and_the_socket_still_answer
     sock = tmp_path / "mcpd.sock"
     config = parse({"daemon": {"socket": str(sock), "state_dir": str(tmp_path / "state")}})
     if failure == "too big to send":
-        monkeypatch.setattr(ipc, "MESSAGE_BYTES", 1000)
+        monkeypatch.setattr(channel, "MESSAGE_BYTES", 1000)
         expected = r"configuration \d+ not sent: a config message of \d+ bytes is too big"
     else:  # what the governor's checks let through and serving's refuse (another version)
         daemon = dataclasses.replace(config.daemon, max_connections=0)
@@ -356,32 +360,55 @@ def test_a_configuration_serving_cannot_take_is_said_and_the_socket_still_answer
     assert running.restarts >= 2
 
 
-def test_a_configuration_is_sent_again_until_serving_acknowledges_it(tmp_path: Path) -> None:
+def test_a_configuration_is_sent_again_until_serving_acknowledges_it() -> None:
     """Taken by the channel is not yet taken by serving (a memfd it had no descriptor for is
     dropped by the kernel): the configuration goes again every RESEND_S until acknowledged."""
-    now = [100.0]
-    running = ServingSupervisor(parse({}), dict, dict, EventBus(), clock=lambda: now[0])  # type: ignore[arg-type]
-    channel, theirs = ipc.Channel.pair()
-    serving = ipc.Channel(theirs)
-    running._channel = channel
+    now = 100.0
+    delivery = ConfigDelivery(lambda error: None)
+    governor, theirs = Channel.pair()
+    serving = Channel(theirs)
     try:
-        running._send_config()
+        delivery.send(parse({}), {}, governor, now)
         (first,) = serving.receive() or [None]
         assert first is not None and first["kind"] == "config" and first["generation"] == 1
-        now[0] += RESEND_S - 0.1
-        running._deliver_config(now[0])
+        now += RESEND_S - 0.1
+        delivery.deliver(governor, now)
         assert serving.receive() == []
-        now[0] += 0.1
-        running._deliver_config(now[0])
+        now += 0.1
+        delivery.deliver(governor, now)
         assert serving.receive() == [first]
         serving.send({"kind": "configured", "generation": 1, "error": None})
-        running._take_messages()
-        now[0] += RESEND_S
-        running._deliver_config(now[0])
-        assert serving.receive() == [] and running.config_error is None
+        ServingReports(EventBus(), delivery).take(governor.receive() or [])
+        now += RESEND_S
+        delivery.deliver(governor, now)
+        assert serving.receive() == [] and delivery.error is None
     finally:
-        channel.close()
+        governor.close()
         serving.close()
+
+
+def test_statistics_of_the_wrong_type_are_refused_and_the_status_is_still_built() -> None:
+    """A serving process taken over by a client sent its p50 as a string: the governor kept it, and
+    from then on every status document it built failed (round() of a str), so every step of the
+    supervisor failed before it read serving's next message or reaped it (a traceback every 50 ms,
+    serving never restarted) and telemetry skipped every sample. The message is refused whole; the
+    statistics sent before it stay."""
+    governor, theirs = Channel.pair()
+    serving = Channel(theirs)
+    reports = ServingReports(EventBus(), ConfigDelivery(lambda error: None))
+    good = {"ready": True, "requests": 3, "errors": 0, "p50_ms": 1.5, "p99_ms": 2.0,
+            "queue_depth": 0, "detail": {}, "statistics": None}  # fmt: skip
+    try:
+        serving.sock.send(json.dumps({"kind": "stats", "models": {"m": good}}).encode())
+        reports.take(governor.receive() or [])
+        serving.sock.send(
+            json.dumps({"kind": "stats", "models": {"m": {**good, "p50_ms": "fast"}}}).encode()
+        )
+        reports.take(governor.receive() or [])
+    finally:
+        governor.close()
+        serving.close()
+    assert inference(reports.stats)["m"]["p50_ms"] == 1.5
 
 
 def _children(pid: int) -> list[int]:

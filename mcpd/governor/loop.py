@@ -36,6 +36,7 @@ from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
 from mcpd.governor.thermal_forecast import ThrottleForecast
 from mcpd.governor.timing import LoopTiming, next_deadline
 from mcpd.snapshot import LastAction, Snapshot
+from mcpd.status import GovernorState
 from sensors import PowerSample, SensorSet, TemperatureSample
 from sensors.hotplug import HotplugMonitor
 
@@ -50,10 +51,16 @@ HOUSEKEEPING_S = 1.0
 """How often current clocks are read back, STATUS= is sent and the live line printed, vanished
 sensor files are looked for, and the sensors that do not govern (only reported) are read."""
 
-STATES = {Action.LOWER: "lowering", Action.RAISE: "raising", Action.HOLD: "holding"}
+STATES: dict[Action, GovernorState] = {
+    Action.LOWER: "lowering",
+    Action.RAISE: "raising",
+    Action.HOLD: "holding",
+}
 
 
-def governor_state(verdict: Verdict, readings: Readings, governed: bool, failing: bool) -> str:
+def governor_state(
+    verdict: Verdict, readings: Readings, governed: bool, failing: bool
+) -> GovernorState:
     """What the status says the governor does: never "lowering" while the kernel refuses the
     caps (`failing`), since nothing is lowered then."""
     if not governed:
@@ -119,7 +126,7 @@ class ControlLoop:
         thread (the fit costs milliseconds)."""
         self._energy = BoardEnergy()
         self._last_action: LastAction | None = None
-        self._state = "starting"
+        self._state: GovernorState = "starting"
         self._floor = competitors.FloorLimits(events)
         self._trips_checked = False
         self._start_grid(now)

@@ -9,6 +9,7 @@ from mcpd.governor.board import Board
 from mcpd.governor.readback import Readback
 from mcpd.governor.thermal_forecast import headroom
 from mcpd.snapshot import DomainStatus, LastAction, Snapshot
+from mcpd.status import GovernorState
 from sensors import PowerSample, SensorSet, TemperatureSample
 
 
@@ -21,7 +22,7 @@ def build(
     power: PowerSample,
     controls: Mapping[str, DomainControl],
     clocks: Readback,
-    state: str,
+    state: GovernorState,
     profile: str,
     policy: str,
     temp_high_c: float,

@@ -10,7 +10,7 @@ serving process removes the entries no configured model uses (tidy).
 
 A build works in a scratch folder of the cache named after the serving process (`.KEY.PID.tmp`:
 its output, and its own temporary files through TMPDIR). It dies with that process (the governor
-kills the serving process's group when it exits, mcpd.governor.supervisor), and the next serving
+kills the serving process's group when it exits, mcpd.governor.serving_child), and the next serving
 process removes the scratch folders of builders that are gone.
 
 Standard library only: the daemon imports this module, and the optimizer's own imports (onnx,

@@ -14,7 +14,7 @@ key the governor does not send (yet: issue 15's `thermal.seconds_to_throttle`, `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
@@ -28,20 +28,12 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from mcpd.snapshot import LATENCY_BUCKETS_S, Histogram, ModelStats
+from mcpd.status import GovernorState
 
 PREFIX = "mcpd_"
-GOVERNOR_STATES = (
-    "starting",
-    "lowering",
-    "raising",
-    "holding",
-    "write-failing",
-    "fail-safe",
-    "paused",
-    "ungoverned",
-)
-"""Every state the governor reports (README, "The governor and the control loop"): each is a series
-of mcpd_governor_state, 1 for the one in force, so a state that is not in force reads 0, not absent."""
+GOVERNOR_STATES: tuple[str, ...] = get_args(GovernorState)
+"""Every state the governor reports: each is a series of mcpd_governor_state, 1 for the one in
+force, so a state that is not in force reads 0, not absent."""
 HERTZ_PER_MHZ = 1e6
 LATENCIES = (
     ("request", "time from arrival to answer."),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
@@ -23,12 +22,12 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from mcpd import config as config_module
 from mcpd import logs, status
+from mcpd.channel import Channel
 from mcpd.events import Event, EventBus
-from mcpd.ipc import Channel, IpcError, SharedBlock
+from mcpd.ipc import EventFields, IpcError, Message, SharedBlock, stats_message
 from mcpd.listen import Listener
 from mcpd.serving.service import InferenceService
 from mcpd.status import StatusDocument
@@ -79,7 +78,7 @@ class Serving:
         self.service: InferenceService | None = None
         self.stop = asyncio.Event()
         self._configs: asyncio.Queue[config_module.Config] = asyncio.Queue()
-        self._unsent: Repeats[object] = Repeats(UNSENT_LOG_S)
+        self._unsent: Repeats[str] = Repeats(UNSENT_LOG_S)
 
     def batch_size(self, model: str) -> int:
         slot = self.slots.get(model)
@@ -99,17 +98,22 @@ class Serving:
             document["inference"] = status.inference(self.service.stats(), joules)
         return document
 
-    def _send(self, message: Mapping[str, Any]) -> None:
+    def _send(self, message: Message) -> None:
         try:
             self.channel.send(message)
         except IpcError as exc:
-            unsaid = self._unsent.say(message.get("kind"), time.monotonic())
+            unsaid = self._unsent.say(message["kind"], time.monotonic())
             if unsaid is not None:
                 log.error("%s%s", exc, f" ({unsaid} more since)" if unsaid else "")
 
     def _on_event(self, event: Event) -> None:
-        fields = {"kind": event.kind, "message": event.message, "data": dict(event.data)}
-        self._send({"kind": "event", "event": {**fields, "ts": event.ts}})
+        fields: EventFields = {
+            "kind": event.kind,
+            "message": event.message,
+            "data": dict(event.data),
+            "ts": event.ts,
+        }
+        self._send({"kind": "event", "event": fields})
 
     def _on_readable(self) -> None:
         messages = self.channel.receive()
@@ -118,21 +122,18 @@ class Serving:
             self.stop.set()
             return
         for message in messages:
-            if message.get("kind") != "config":
+            if message["kind"] != "config":
                 continue
-            generation = message.get("generation")
+            generation = message["generation"]
             try:
                 config = config_module.parse(message["config"], "<from the governor>")
-            except (config_module.ConfigError, KeyError) as exc:
-                error = str(exc) if isinstance(exc, config_module.ConfigError) else "no config"
-                log.error("configuration from the governor refused: %s", error)
-                self._send({"kind": "configured", "generation": generation, "error": error})
+            except config_module.ConfigError as exc:
+                log.error("configuration from the governor refused: %s", exc)
+                self._send({"kind": "configured", "generation": generation, "error": str(exc)})
                 if self.service is None:  # nothing to serve with
                     self.stop.set()
                 continue
-            slots = message.get("slots")
-            if isinstance(slots, dict):
-                self.slots = {str(k): int(v) for k, v in slots.items() if isinstance(v, int)}
+            self.slots = dict(message["slots"])
             self._send({"kind": "configured", "generation": generation, "error": None})
             self._configs.put_nowait(config)
 
@@ -183,11 +184,7 @@ class Serving:
     async def _send_stats(self) -> None:
         while True:
             assert self.service is not None
-            models = {
-                name: dataclasses.asdict(dataclasses.replace(stats, statistics=None))
-                for name, stats in self.service.stats().items()
-            }
-            self._send({"kind": "stats", "models": models})
+            self._send(stats_message(self.service.stats()))
             await asyncio.sleep(STATS_S)
 
     async def _apply_reloads(self) -> None:

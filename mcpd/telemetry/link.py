@@ -3,9 +3,9 @@
 Stepped by the publisher's thread, which is the only thread that touches the paho client once it
 is connected; paho's callbacks run inside that thread's `loop_read`/`loop_write` calls. Only the
 blocking part of connecting (TCP, TLS handshake: up to CONNECT_TIMEOUT_S) runs in a short-lived
-thread, so that sampling and spooling go on meanwhile. Retries back off from 1 s, doubling up to
-`reconnect_max_s`, each delay drawn from its upper half so that a fleet that lost its broker at the
-same moment does not come back at the same moment.
+thread, so that sampling and spooling go on meanwhile. Retries back off (mcpd.backoff) from 1 s,
+doubling up to `reconnect_max_s`, each delay drawn from its upper half so that a fleet that lost its
+broker at the same moment does not come back at the same moment.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Literal
 import paho.mqtt.client as paho
 from paho.mqtt.reasoncodes import ReasonCode
 
+from mcpd.backoff import Backoff
 from mcpd.config import MqttSection
 from mcpd.telemetry import mqtt_client
 from mcpd.telemetry.topics import Topics
@@ -31,6 +32,7 @@ from mcpd.telemetry.topics import Topics
 log = logging.getLogger("mcpd.telemetry")
 
 State = Literal["idle", "connecting", "handshake", "connected"]
+RECONNECT_FIRST_S = 1.0
 WARN_EVERY_S = 60.0
 """A repeated failure is logged at warning level at most this often (debug in between)."""
 
@@ -61,7 +63,13 @@ Fact = Connected | Lost | Acked | Received
 
 class Link:
     def __init__(
-        self, mqtt: MqttSection, topics: Topics, wake: Callable[[], None], now: float
+        self,
+        mqtt: MqttSection,
+        topics: Topics,
+        wake: Callable[[], None],
+        now: float,
+        *,
+        jitter: random.Random | None = None,
     ) -> None:
         self.mqtt = mqtt
         self.topics = topics
@@ -73,12 +81,15 @@ class Link:
         self._results: queue.SimpleQueue[tuple[int, paho.Client | None, str]] = queue.SimpleQueue()
         self._generation = 0
         self._connector: threading.Thread | None = None
-        self._backoff = 1.0
-        self._next_attempt = now
+        self._backoff = Backoff(
+            RECONNECT_FIRST_S,
+            float(mqtt.reconnect_max_s),
+            jitter=random.Random() if jitter is None else jitter,
+            now=now,
+        )
         self._handshake_until = self._next_misc = now
         self._refusal = ""
         self._last_warning = ("", -WARN_EVERY_S)
-        self._random = random.Random()
         self._now = now
         self._spooled = 0
 
@@ -102,7 +113,7 @@ class Link:
             else:
                 self.client, self.state = client, "handshake"
                 self._handshake_until = now + max(10.0, self.mqtt.keepalive_s)
-        if self.state == "idle" and now >= self._next_attempt:
+        if self.state == "idle" and now >= self._backoff.next_at:
             self._attempt()
         elif self.state == "handshake" and now >= self._handshake_until:
             self._drop()
@@ -114,7 +125,7 @@ class Link:
             self.client.loop_misc()
             self._next_misc = now + self.mqtt.keepalive_s / 4
         if self.state == "idle":
-            return self._next_attempt
+            return self._backoff.next_at
         if self.state == "handshake":
             return min(self._handshake_until, self._next_misc)
         return self._next_misc if self.client is not None else now + 1.0
@@ -183,9 +194,8 @@ class Link:
         self._wake()
 
     def _retry_later(self) -> float:
-        delay = self._backoff * self._random.uniform(0.5, 1.0)
-        self._backoff = min(self._backoff * 2, float(self.mqtt.reconnect_max_s))
-        self._next_attempt = self._now + delay
+        self._backoff.max_s = float(self.mqtt.reconnect_max_s)  # a reload may have changed it
+        delay = self._backoff.failed(self._now)
         self.state = "idle"
         return delay
 
@@ -213,7 +223,7 @@ class Link:
             self._refusal = f"refused the connection: {mqtt_client.refusal(reason)}"
             return  # paho closes the socket and calls on_disconnect
         self.state = "connected"
-        self._backoff = 1.0
+        self._backoff.succeeded(self._now)
         self._last_warning = ("", -WARN_EVERY_S)
         log.info(
             "connected to MQTT broker %s as %s (MQTT %s); %d messages to deliver",
