@@ -1,4 +1,4 @@
-"""Serving benchmark: mcpd over its Unix socket versus onnxruntime in-process (best batch) and versus
+"""Serving benchmark: mcpd over its Unix socket versus the same model in-process (best batch) and versus
 a conventional peer (FastAPI + uvicorn over TCP, JSON tensors), for a ResNet-50-shaped model and a
 ~1 ms model, both built here with onnx.helper (random weights); then the control loop's timing in
 the real daemon, idle and with the server at full load.
@@ -7,6 +7,22 @@ the real daemon, idle and with the server at full load.
     .venv/bin/python bench/serving.py --quick              # the ~1 ms model, concurrency 1 and 8
     .venv/bin/python bench/serving.py --baseline-tree DIR  # DIR's server beside this one
     .venv/bin/python bench/serving.py --max-batch 32       # and this one's with max_batch 32
+    .venv/bin/python bench/serving.py --runtime openvino [--precision f32|bf16] [--concurrency 8]
+
+The models run on onnxruntime's CPU provider, or with `--runtime openvino` on mcpd's OpenVINO
+backend, which reads the same ONNX files (`backend = "openvino"`, not converted to IR: the file is
+the one onnxruntime runs, OpenVINO's read_model converts it in memory as ov.convert_model would,
+and the precision is the config's `[models.openvino] precision`, from `--precision`, rather than
+one stored in an IR). The in-process reference is then the same compiled model: compiled by the
+backend's open_compiled with the same OpenVinoOptions (the precision hint; threads 0, OpenVINO's
+default; one stream, the LATENCY hint) and run through one inference request as the backend's
+`run` does. The report gives OpenVINO's version, the precision asked for, the CPU's flags and
+OpenVINO's capabilities ("openvino"), and per model what it compiled to in-process
+("openvino_in_process": precision in force, threads, streams) and served ("openvino_served":
+/metrics' backend labels, and how far one answer through mcpd.client over the socket and one
+through tritonclient.http over a TCP listener are from in-process). The peer is left out (it runs
+onnxruntime); the control loop's daemon serves through OpenVINO too; a `--baseline-tree` must have
+a bench/serving_server.py that takes `--model`.
 
 With `--baseline-tree`, the inference server of another checkout (for instance
 `git worktree add /tmp/serving-before main` before a change) is measured in the same run, each of
@@ -21,7 +37,11 @@ changes, unlike the throughput ratios.
 "mcpd" sends the input in the body (binary tensor data), "mcpd_shm" through a registered system
 shared memory region. The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
 response reader), so that the client's own cost does not hide the server's, as Triton's
-perf_analyzer does; `mcpd.client` (http.client) at concurrency 1 is reported beside it. The machine
+perf_analyzer does; `mcpd.client` (http.client) at concurrency 1 is reported beside it. This is
+what issue 27's "served through the daemon (tritonclient, Unix socket)" is measured with:
+tritonclient.http dials TCP only, and its own cost per request (geventhttpclient, JSON headers
+built per call) would be counted as the server's; the load generator sends what it sends (binary
+tensor data) over the socket, and tritonclient's one answer is checked above. The machine
 is shared and noisy: every served slice is paired with an in-process slice taken just before it,
 and ratios are the medians of the per-pair ratios. Models are served with the default config
 (max_queue_delay_ms 2.0), the batch size fixed at the best in-process batch.
@@ -31,8 +51,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -51,9 +73,14 @@ import onnx
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import optimize_openvino  # bench/optimize_openvino.py: the CPU's flags, OpenVINO's capabilities
 
 from mcpd.client import Client
+from mcpd.config import OpenVinoOptions
 from mcpd.demo.build import classifier, resnet50
+from mcpd.serving.backends.openvino import device_report, open_compiled, precision_in_force
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,12 +117,47 @@ def timed(run: Callable[[], object], seconds: float) -> list[float]:
     return times
 
 
-def in_process(model: Model, seconds: float, batches: tuple[int, ...]) -> dict[int, Load]:
-    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
+Infer = Callable[[np.ndarray], list[np.ndarray]]
+"""One in-process inference of the model on a batch: its outputs."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What serves the models and runs them in-process: onnxruntime's CPU provider, or, with
+    `openvino`'s settings, mcpd's OpenVINO backend reading the same ONNX file."""
+
+    openvino: OpenVinoOptions | None = None
+
+    def table(self) -> dict[str, Any]:
+        """The model's [[models]] keys that pick it (none for onnxruntime: the servers' default)."""
+        if self.openvino is None:
+            return {}
+        return {"backend": "openvino", "openvino": dataclasses.asdict(self.openvino)}
+
+    def open(self, path: Path) -> tuple[Infer, dict[str, object]]:
+        """The model in-process, and for OpenVINO what it was compiled to, read back: compiled by
+        the backend's own open_compiled with the served settings (one stream), so that in-process
+        runs the very model that serves, through one inference request as the backend's `run`."""
+        if self.openvino is None:
+            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            return lambda x: session.run(None, {"image": x}), {}
+        compiled = open_compiled(path, self.openvino)
+        request = compiled.create_infer_request()
+        compiled_as = {
+            "precision": precision_in_force(compiled),
+            "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),
+            "streams": int(compiled.get_property("NUM_STREAMS")),
+        }
+        return lambda x: list(request.infer([x]).to_tuple()), compiled_as
+
+
+def in_process(
+    infer: Infer, model: Model, seconds: float, batches: tuple[int, ...]
+) -> dict[int, Load]:
     result = {}
     for batch in batches:
         x = np.random.default_rng(0).random((batch, *model.shape), np.float32)
-        times = timed(lambda x=x: session.run(None, {"image": x}), seconds)
+        times = timed(lambda x=x: infer(x), seconds)
         result[batch] = Load(batch * len(times) / sum(times), *percentiles(times))
     return result
 
@@ -296,11 +358,17 @@ def mcpd_server(
     tree: Path = ROOT,
     suffix: str = "",
     uvloop: bool = False,
+    table: dict[str, Any] | None = None,
+    http: str = "",
 ) -> Iterator[Server]:
-    """The inference server of the checkout at `tree` (this one by default)."""
+    """The inference server of the checkout at `tree` (this one by default), running the model
+    as `table` says (bench/serving_server.py's --model; onnxruntime's CPU provider without one),
+    on a TCP port too with `http`."""
     sock = str(folder / f"{model.name}{suffix}.sock")
     command = [sys.executable, "bench/serving_server.py", str(model.path), str(max_batch), sock]
     command += ["uvloop"] if uvloop else []
+    command += ["--model", json.dumps(table)] if table else []
+    command += ["--http", http] if http else []
     with process(command, cwd=tree) as proc:
         wait_for(lambda: _ready(sock), "mcpd")
         yield Server(sock, proc.pid)
@@ -351,18 +419,55 @@ def client_c1(sock: str, x: np.ndarray, seconds: float) -> Load:
     return Load(len(times) / sum(times), *percentiles(times))
 
 
+def clients(sock: str, http: str, x: np.ndarray, expected: np.ndarray) -> dict[str, object]:
+    """What serves the model (the labels of /metrics' mcpd_model_backend_info: the precision in
+    force is read back from the served compiled model), and one inference of `x` through
+    mcpd.client over the socket and through tritonclient.http over the TCP listener (it dials TCP
+    only), each with how far its first output is from the in-process one."""
+    import tritonclient.http as triton
+
+    with Client(sock) as client:
+        info = next(
+            line for line in client.metrics().splitlines() if line.startswith("mcpd_model_backend")
+        )
+        by_mcpd = next(iter(client.infer("m", {"image": x}).values()))
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', info))
+    tensor = triton.InferInput("image", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    tc = triton.InferenceServerClient(http)
+    try:
+        reply = tc.infer("m", [tensor])
+        by_triton = reply.as_numpy(reply.get_response()["outputs"][0]["name"])
+    finally:
+        tc.close()
+    return {
+        "served_as": {k: labels[k] for k in ("backend", "device", "precision")},
+        "max_abs_diff": {
+            "mcpd.client": float(np.abs(by_mcpd - expected).max()),
+            "tritonclient": float(np.abs(by_triton - expected).max()),
+        },
+    }
+
+
 # -- the control loop while serving --------------------------------------------------------------
 
 
-def loop_timing(model: Model, folder: Path, seconds: float, loaded: bool) -> dict[str, object]:
+def loop_timing(
+    model: Model, folder: Path, seconds: float, loaded: bool, runtime: Runtime
+) -> dict[str, object]:
     """The real daemon on a simulated board: its control loop's own timing (the figures
     bench/control_loop.py reports), idle or with 32 clients saturating the server."""
     run = folder / ("loaded" if loaded else "idle")
     run.mkdir()
     sock = run / "mcpd.sock"
+    table = runtime.table()  # as TOML: its values, then its sub-tables
+    lines = [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for key, values in ((k, v) for k, v in table.items() if isinstance(v, dict)):
+        lines += [f"[models.{key}]"] + [f"{k} = {json.dumps(v)}" for k, v in values.items()]
     (run / "mcpd.toml").write_text(
         f'[daemon]\nsocket = "{sock}"\nstate_dir = "{run / "state"}"\n'
         f'[[models]]\nname = "m"\npath = "{model.path}"\nmax_batch = {max(model.batches)}\n'
+        + "".join(line + "\n" for line in lines)
     )
     # The simulated board goes where mcpd puts it by default: on tmpfs, like sysfs.
     command = [
@@ -409,6 +514,7 @@ class Options:
     """This checkout's server on uvloop."""
     max_batch: int | None = None
     """A second server of this checkout, with this max_batch instead of the best batch."""
+    runtime: Runtime = Runtime()
 
 
 def bench_model(model: Model, folder: Path, options: Options) -> dict[str, object]:
@@ -420,28 +526,39 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
     slices, seconds = options.slices, options.seconds
     seconds *= model.seconds_factor
     x = np.random.default_rng(1).random((1, *model.shape), np.float32)
-    sweep = in_process(model, seconds, model.batches)
+    infer, compiled_as = options.runtime.open(model.path)
+    sweep = in_process(infer, model, seconds, model.batches)
     best = max(sweep, key=lambda b: sweep[b].throughput)
-    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
     batch = np.repeat(x, best, axis=0)
     result: dict[str, object] = {
         "in_process_sweep": {b: round(load.throughput, 1) for b, load in sweep.items()},
         "best_batch": best,
     }
+    if compiled_as:
+        result["openvino_in_process"] = compiled_as
+    table = options.runtime.table()
+    # tritonclient's check, over a TCP listener (OpenVINO only: onnxruntime's report is as before).
+    http = f"127.0.0.1:{_port()}" if options.runtime.openvino else ""
     # Served with the batch size that is best in-process: the comparison is like for like.
     with ExitStack() as servers:
-        this = servers.enter_context(mcpd_server(model, best, folder, uvloop=options.uvloop))
+        this = servers.enter_context(
+            mcpd_server(model, best, folder, uvloop=options.uvloop, table=table, http=http)
+        )
+        if http:
+            result["openvino_served"] = clients(this.sock, http, x, infer(x)[0])
         # name: how to connect, the request, the server process whose event loop is measured
         targets: dict[str, tuple[Callable[[], Any], bytes, int | None]] = {}
         served_here = [("", this)]
         if options.baseline is not None:
             before = servers.enter_context(
-                mcpd_server(model, best, folder, options.baseline, "-before")
+                mcpd_server(model, best, folder, options.baseline, "-before", table=table)
             )
             served_here.insert(0, ("before", before))
         if options.max_batch is not None:
             label = f"max_batch_{options.max_batch}"
-            wide = servers.enter_context(mcpd_server(model, options.max_batch, folder, ROOT, label))
+            wide = servers.enter_context(
+                mcpd_server(model, options.max_batch, folder, ROOT, label, table=table)
+            )
             served_here.append((label, wide))
         for label, server in served_here:
 
@@ -468,7 +585,7 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
             runs = {name: Slices() for name in targets}
             for _ in range(slices):
                 for name, (_, _, pid) in targets.items():
-                    runs[name].add(generators[name], pid, c == 1, session, x, batch, seconds)
+                    runs[name].add(generators[name], pid, c == 1, infer, x, batch, seconds)
             for generator in generators.values():
                 generator.close()
             cell: dict[str, object] = {name: runs[name].summary() for name in targets}
@@ -499,15 +616,15 @@ class Slices:
         generator: LoadGenerator,
         pid: int | None,
         single: bool,
-        session: ort.InferenceSession,
+        infer: Infer,
         x: np.ndarray,
         batch: np.ndarray,
         seconds: float,
     ) -> None:
         """An in-process slice at the best batch (and at batch 1 for a single connection), then
         the served slice it is paired with."""
-        ref = timed(lambda: session.run(None, {"image": batch}), seconds)
-        ref_b1 = timed(lambda: session.run(None, {"image": x}), seconds) if single else []
+        ref = timed(lambda: infer(batch), seconds)
+        ref_b1 = timed(lambda: infer(x), seconds) if single else []
         cpu_before = 0 if pid is None else loop_cpu_ns(pid)
         served, elapsed = generator.measure(seconds)
         if pid is not None:
@@ -556,15 +673,28 @@ def main() -> None:
     parser.add_argument(
         "--max-batch", type=int, help="also this checkout's server with this max_batch"
     )
+    parser.add_argument("--concurrency", type=int, nargs="+", help="instead of 1 8 32 (1 8 quick)")
+    parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime")
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "f32", "bf16", "f16"),
+        help="OpenVINO's inference precision hint (default auto: bf16 on CPUs with AMX)",
+    )
     args = parser.parse_args()
+    if args.precision and args.runtime != "openvino":
+        parser.error("--precision is OpenVINO's: use it with --runtime openvino")
+    openvino = args.runtime == "openvino"
+    runtime = Runtime(OpenVinoOptions(precision=args.precision or "auto") if openvino else None)
     options = Options(
         args.slices,
         args.seconds,
-        (1, 8) if args.quick else CONCURRENCY,
-        peer=not args.quick,
+        tuple(args.concurrency or ((1, 8) if args.quick else CONCURRENCY)),
+        # The peer runs onnxruntime: beside OpenVINO it would compare runtimes, not servers.
+        peer=not args.quick and not openvino,
         baseline=None if args.baseline_tree is None else args.baseline_tree.resolve(),
         uvloop=args.uvloop,
         max_batch=args.max_batch,
+        runtime=runtime,
     )
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
         folder = Path(tmp)
@@ -580,6 +710,12 @@ def main() -> None:
             "onnxruntime": ort.__version__,
             "load_average_at_start": os.getloadavg(),
         }
+        if openvino:
+            report["openvino"] = {
+                "version": (device_report() or {}).get("version"),
+                "precision_hint": args.precision or "auto",
+                **optimize_openvino.cpu_description(),
+            }
         for model in models[1:] if args.quick else models:
             report[model.name] = bench_model(model, folder, options)
         small = models[1]
@@ -588,8 +724,8 @@ def main() -> None:
             print(json.dumps(report, indent=2, default=lambda o: o.__dict__))
             return
         report["control_loop"] = {
-            "idle": loop_timing(small, folder, args.loop_seconds, loaded=False),
-            "serving_at_full_load": loop_timing(small, folder, args.loop_seconds, loaded=True),
+            "idle": loop_timing(small, folder, args.loop_seconds, False, runtime),
+            "serving_at_full_load": loop_timing(small, folder, args.loop_seconds, True, runtime),
         }
     print(json.dumps(report, indent=2, default=lambda o: o.__dict__))
 

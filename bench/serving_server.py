@@ -1,17 +1,23 @@
 """mcpd's inference service alone (no control loop), for bench/serving.py: serves one model on a
 socket with the batch size fixed at max_batch, until SIGTERM.
 
-    python bench/serving_server.py MODEL.onnx MAX_BATCH SOCKET [uvloop]
+    python bench/serving_server.py MODEL.onnx MAX_BATCH SOCKET [uvloop] [--model JSON] [--http ADDR]
 
-With `uvloop`, on uvloop's event loop instead of asyncio's (to measure it).
+With `uvloop`, on uvloop's event loop instead of asyncio's (to measure it). `--model` gives the
+model's `[[models]]` keys that say what runs it, as JSON (`{"backend": "openvino", "openvino":
+{"precision": "bf16"}}`), instead of onnxruntime's CPU provider; `--http HOST:PORT` serves the same
+endpoints on that TCP port too (`[serving] http`, for tritonclient, which dials TCP only).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -20,21 +26,16 @@ from mcpd.events import EventBus
 from mcpd.serving.service import InferenceService
 
 
-async def main(model: str, max_batch: int, socket: str) -> None:
+async def main(args: argparse.Namespace) -> None:
+    model: dict[str, Any] = {"name": "m", "path": args.path, "max_batch": args.max_batch}
     cfg = parse(
         {
-            "daemon": {"socket": socket},
-            "models": [
-                {
-                    "name": "m",
-                    "path": model,
-                    "max_batch": max_batch,
-                    "onnxruntime": {"providers": ["cpu"]},
-                }
-            ],
+            "daemon": {"socket": args.socket},
+            "serving": {"http": args.http},
+            "models": [{**model, **args.model}],
         }
     )
-    service = InferenceService(cfg, dict, lambda name: max_batch, EventBus())
+    service = InferenceService(cfg, dict, lambda name: args.max_batch, EventBus())
     await service.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -43,9 +44,17 @@ async def main(model: str, max_batch: int, socket: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[4:] == ["uvloop"]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path")
+    parser.add_argument("max_batch", type=int)
+    parser.add_argument("socket")
+    parser.add_argument("loop", nargs="?", choices=["uvloop"])
+    parser.add_argument("--model", type=json.loads, default={"onnxruntime": {"providers": ["cpu"]}})
+    parser.add_argument("--http", default="")
+    args = parser.parse_args()
+    if args.loop == "uvloop":
         import uvloop
 
-        uvloop.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+        uvloop.run(main(args))
     else:
-        asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+        asyncio.run(main(args))
