@@ -258,7 +258,18 @@ def test_fuzzed_infer_requests_never_get_a_5xx(
         if split is None
         else {"Inference-Header-Content-Length": str(len(header) if split == "exact" else split)}
     )
-    no_server_error(*post(client, "/v2/models/m/infer", header + binary, **length))
+    status, text = post(client, "/v2/models/m/infer", header + binary, **length)
+    if status == 503 and _asks_a_timeout(document):
+        # The request's own timeout (microseconds) can expire before its batch runs: a 503 by
+        # design (README, Limits: "the request timed out"), the client's choice, not a fault.
+        assert "timed out" in text, text
+        return
+    no_server_error(status, text)
+
+
+def _asks_a_timeout(document: object) -> bool:
+    parameters = document.get("parameters") if isinstance(document, dict) else None
+    return isinstance(parameters, dict) and "timeout" in parameters
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
