@@ -77,7 +77,7 @@ def test_a_decision_that_holds_still_retries_the_write_it_decided(fake: FakeSysf
     text = refuse_writes(fake, POLICY4)
     loop.tick(clock.now)  # decided 1680 MHz, refused
     fake.file("sys/devices/virtual/thermal/thermal_zone0/temp", "80000\n")  # in the band: hold
-    run_for(loop, clock, 0.5)
+    run_for(loop, clock, 0.45)  # refused again at every decision, the last at 0.4 s
     accept_writes(fake, POLICY4, text)
     run_for(loop, clock, 0.2)
     assert cap(fake, POLICY4) == 1608000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -22,7 +23,7 @@ from mcpd.governor.baseline import Baseline
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
-from mcpd.governor.timing import next_deadline
+from mcpd.governor.timing import Grid
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from mcpd.snapshot import Snapshot
 from sensors.discovery import PowerOptions
@@ -316,9 +317,41 @@ def test_the_snapshot_is_built_when_read_not_at_every_sample(
 
 
 def test_next_deadline_keeps_the_grid_and_skips_missed_ticks() -> None:
-    assert next_deadline(10.0, 0.2, 10.05) == pytest.approx(10.2)
-    assert next_deadline(10.0, 0.2, 10.95) == pytest.approx(11.0)  # 10.2 .. 10.8 were missed
-    assert next_deadline(10.0, 0.2, 11.0) == pytest.approx(11.2)
+    grid = Grid(10.0, 0.2)
+    grid.advance(10.05)
+    assert grid.deadline == pytest.approx(10.2)
+    grid.advance(10.95)
+    assert grid.deadline == pytest.approx(11.0)  # 10.2 .. 10.8 were missed
+    grid.advance(11.0)
+    assert grid.deadline == pytest.approx(11.2)
+
+
+def test_a_tick_where_both_samples_are_due_is_one_decision_on_both(fake: FakeSysfs) -> None:
+    """Temperature (every 200 ms) and power (every 100 ms) are both due at every other tick: one
+    decision there, on the new reading of each. Before, the grids summed in floats met one ulp
+    apart (at 0.6 s from 0.0), the power sample was decided on with the 90 °C read at 0.4 s,
+    which had already lowered the caps at 0.4 and 0.5 s, and the new 80 °C only after it."""
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, _ = make_loop(fake.root, LoopSettings(models={"m": 10**9}))
+    clock.now = 0.0
+    run_for(loop, clock, 0.5)
+    lowered = loop.batch_size("m")
+    set_temp(fake, 80.0)  # in the band: hold
+    run_for(loop, clock, 0.1)  # the tick at 0.6 s
+    assert loop.batch_size("m") == lowered
+
+
+def test_a_hot_board_is_stepped_once_per_tick(fake: FakeSysfs) -> None:
+    """The seed rule once per 100 ms tick: eleven x0.7 steps in the ticks from 0 to 1 s (there
+    were fourteen: three readings applied twice, x0.49 at once)."""
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, _ = make_loop(fake.root, LoopSettings(models={"m": 10**9}))
+    clock.now = 0.0
+    run_for(loop, clock, 1.0)
+    eleven_steps = 10**9
+    for _ in range(11):
+        eleven_steps = math.floor(eleven_steps * 0.7)
+    assert loop.batch_size("m") == eleven_steps
 
 
 def test_stale_temperature_is_fail_safe_after_one_second(fake: FakeSysfs) -> None:

@@ -1,9 +1,10 @@
 """The control loop: sample, decide, actuate, on deadlines from a monotonic clock.
 
-Temperature is sampled every `temperature_ms` and power every `power_ms`; every sample is decided on
-at once with the newest value of the other signal. Deadlines advance on a fixed grid (work done in
-between never makes the schedule drift; a late wake-up skips the ticks it missed instead of
-bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
+Temperature is sampled every `temperature_ms` and power every `power_ms`; each tick takes the
+samples due then and makes one decision, on the freshest reading of each (the seed rule's one step
+per call with both readings: a reading applied once per decision, never twice in one instant).
+Deadlines advance on fixed grids (work done in between never makes the schedule drift; a late
+wake-up skips the ticks it missed instead of bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
 the governor steps down until it is back. The loop pings systemd's watchdog from its own tick, so a
 hung loop is caught, and it never stops on a sensor fault: vanished files and udev events trigger
 re-discovery.
@@ -34,7 +35,7 @@ from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.readback import Readback
 from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
 from mcpd.governor.thermal_forecast import ThrottleForecast
-from mcpd.governor.timing import LoopTiming, next_deadline
+from mcpd.governor.timing import Grid, LoopTiming
 from mcpd.snapshot import LastAction, Snapshot
 from sensors import PowerSample, SensorSet, TemperatureSample
 from sensors.hotplug import HotplugMonitor
@@ -179,7 +180,10 @@ class ControlLoop:
         sample was due, and counting them made the first sample of every run the latest."""
         self._ages = Freshness(self.events, now)
         self._rediscovery = RediscoveryTrigger(self._rediscovery.hotplug, now)
-        self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
+        self._temperature_grid = Grid(now, self.settings.temperature_s)
+        self._power_grid = Grid(now, self.settings.power_s)
+        self._housekeeping_grid = Grid(now, HOUSEKEEPING_S)
+        self._next_ping = now
 
     def run(self, stop: threading.Event) -> None:
         if not self.started:
@@ -215,22 +219,22 @@ class ControlLoop:
         # Power first when both are due: read from a meter it costs a fifth of the zones' read
         # (about 40 against 200 us on the simulated Orin Nano), so the temperature sample after it
         # is the less late. An estimate costs about what the zones do, and gains nothing either way.
-        if self.sensors.powers and now >= self._next_power:
-            self.timing.lateness_s.append(self.clock() - self._next_power)
+        if self.sensors.powers and now >= self._power_grid.deadline:
+            self.timing.lateness_s.append(self.clock() - self._power_grid.deadline)
             self._power_sample = self.sensors.sample_powers(now)
             if self._power_sample.watts is not None:
                 self._ages.power = (self._power_sample.watts, now)
                 self._energy.add(self._power_sample.watts, now, self.settings.stale_s)
                 self.forecast.add_power(now, self._power_sample.watts)
-            self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
+            self._power_grid.advance(now)
             sampled = True
-        if now >= self._next_temp:
-            self.timing.lateness_s.append(self.clock() - self._next_temp)
+        if now >= self._temperature_grid.deadline:
+            self.timing.lateness_s.append(self.clock() - self._temperature_grid.deadline)
             self._temp_sample = self.sensors.sample_temperatures(now)
             if self._temp_sample.celsius is not None:
                 self._ages.temperature = (self._temp_sample.celsius, now)
                 self.forecast.add(now, self._temp_sample.celsius)
-            self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
+            self._temperature_grid.advance(now)
             sampled = True
         if sampled:
             self._sampled_at = now
@@ -241,16 +245,16 @@ class ControlLoop:
                 self.ready.set()
         # After the samples, so that re-discovery (milliseconds) never makes one late.
         self._maybe_rediscover(now)
-        if now >= self._next_housekeeping:
+        if now >= self._housekeeping_grid.deadline:
             self._housekeeping()
-            self._next_housekeeping = next_deadline(self._next_housekeeping, HOUSEKEEPING_S, now)
+            self._housekeeping_grid.advance(now)
         interval = self.notifier.watchdog_interval_s
         if interval is not None and now >= self._next_ping:
             self.notifier.watchdog()
             self._next_ping = now + interval
-        wake = min(self._next_temp, self._next_housekeeping)
+        wake = min(self._temperature_grid.deadline, self._housekeeping_grid.deadline)
         if self.sensors.powers:
-            wake = min(wake, self._next_power)
+            wake = min(wake, self._power_grid.deadline)
         if interval is not None:
             wake = min(wake, self._next_ping)
         return wake
@@ -348,7 +352,7 @@ class ControlLoop:
     def _maybe_rediscover(self, now: float) -> None:
         # A vanished file is looked for on housekeeping ticks only: at every sample, the look
         # over every attribute was a tenth of the idle loop's CPU.
-        gone = now >= self._next_housekeeping and self.sensors.gone
+        gone = now >= self._housekeeping_grid.deadline and self.sensors.gone
         reason = self._rediscovery.reason(now, gone, self.settings.rescan_s)
         if reason is None:
             return
@@ -386,7 +390,8 @@ class ControlLoop:
         )
         self._batch.reload(settings.models)
         if (old.temperature_s, old.power_s) != (settings.temperature_s, settings.power_s):
-            self._next_temp = self._next_power = now
+            self._temperature_grid = Grid(now, settings.temperature_s)
+            self._power_grid = Grid(now, settings.power_s)
         self._check_governable()
         log.info("control loop settings reloaded")
 
