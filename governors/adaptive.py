@@ -37,10 +37,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from governors.hysteresis import Action, Readings, Verdict
 from governors.levels import Level
 from governors.params import GovernorParams
 from governors.peaks import PeakRule, Peaks, Recent, by_level
+from governors.policy import Action, Readings, Verdict
 
 
 @dataclass(frozen=True)

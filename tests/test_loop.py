@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -473,6 +474,22 @@ def test_reload_is_applied_whole_at_a_tick(fake: FakeSysfs) -> None:
     assert loop.snapshot.batch == {"m": 2, "n": 1}
 
 
+def test_a_reload_that_leaves_the_policy_alone_keeps_its_raise_hold(fake: FakeSysfs) -> None:
+    """A reload that changes nothing of the policy (here: a model added) keeps its state, the
+    adaptive policy's as the raise hold's: the hold goes on counting. Before, it started over."""
+    board_with_meter(fake, 90.0, 5.0)
+    settings = LoopSettings(raise_hold_s=1.0)
+    loop, clock, _ = make_loop(fake.root, settings)
+    loop.tick(clock.now)
+    set_temp(fake, 60.0)  # read at 0.2 s: from then, raises are held 1 s
+    run_for(loop, clock, 0.15)
+    lowered = cap(fake, POLICY4)
+    run_for(loop, clock, 0.5)
+    loop.request_reload(replace(settings, models={"m": 8}))  # at 0.7 s
+    run_for(loop, clock, 0.7)  # to 1.35 s: more than 1 s below the thresholds
+    assert cap(fake, POLICY4) > lowered
+
+
 def test_pause_holds_everything(fake: FakeSysfs) -> None:
     board_with_meter(fake, 95.0, 5.0)
     loop, clock, _ = make_loop(fake.root)
@@ -556,7 +573,7 @@ def test_adaptive_policy_settles_below_the_threshold_and_holds(tmp_path: Path) -
     late = [e for e in changes if e.data["action"] == "lower"]
     assert late and len(changes) <= 20
     caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
-    assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.levels}
+    assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.state.levels}
     assert loop.snapshot.batch["m"] < 8
 
 
@@ -587,7 +604,7 @@ def test_adaptive_policy_on_an_estimate_stays_under_the_true_limit(tmp_path: Pat
         policy="adaptive", power=PowerOptions(coefficients={"fdab0000.npu": 3600.0})
     )
     loop, clock, _ = make_loop(sim.root, settings)
-    forecasts = [level.full_load_w for level in loop.policy.levels]
+    forecasts = [level.full_load_w for level in loop.policy.state.levels]
     assert all(isinstance(w, float) for w in forecasts) and forecasts == sorted(forecasts)
     watts = []
     for _ in range(150 * 5):

@@ -10,11 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from governors import Action, AdaptivePolicy, AdaptiveState, Readings, uniform_levels
+from governors import (
+    Action,
+    AdaptiveGovernor,
+    AdaptivePolicy,
+    AdaptiveState,
+    Readings,
+    uniform_levels,
+)
+from governors.adaptive_governor import caps_key
 from governors.levels import DomainSteps
 from mcpd.governor import power_map
 from mcpd.governor.actuation import DomainControl
-from mcpd.governor.decisions import PolicyDriver, caps_key
+from mcpd.governor.decisions import PolicyDriver
 from mcpd.governor.domains import FrequencyDomain
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.power_map import FILENAME, PowerMapStore
@@ -151,7 +159,7 @@ def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
     )
     run_for(loop, clock, 5.0, first)
     assert (folder / FILENAME).exists()
-    top = tuple(sorted(loop.policy.levels[-1].caps_mhz))
+    top = tuple(sorted(loop.policy.state.levels[-1].caps_mhz))
     assert PowerMapStore(folder).load(loop._power_fingerprint())[top] > 12.0
 
     for remembered, leaves in ((PowerMapStore(folder), True), (None, False)):
@@ -194,12 +202,12 @@ def test_a_cut_on_a_learned_peak_trusts_only_levels_with_a_peak_of_their_own() -
 
 
 def test_a_reloaded_policy_keeps_what_it_learned_about_power() -> None:
-    driver = PolicyDriver(AdaptivePolicy(), 0.0)
-    driver.update_levels(_controls())
-    top = caps_key(driver.levels[-1])
+    driver = PolicyDriver(AdaptiveGovernor())
+    driver.adopt(_controls())
+    top = caps_key(driver.state.levels[-1])
     driver.seed({top: 17.7}, 0.0)
-    driver.reload(0.0, AdaptivePolicy(margin_c=1.0), restart_adaptive=True)
-    assert driver.learned_peaks() == {top: 17.7}
+    driver.reload(AdaptiveGovernor(AdaptivePolicy(margin_c=1.0)))
+    assert driver.learned_w() == {top: 17.7}
 
 
 def _controls() -> dict[str, DomainControl]:

@@ -39,7 +39,8 @@ class Freshness:
         metered = metered and not first_pending
         self._note("temperature", temp is None and self.temperature is not None, stale_s)
         self._note("power", metered and power is None, stale_s)
-        return Readings(temp, power, metered, estimated)
+        taken = None if temp is None or self.temperature is None else self.temperature[1]
+        return Readings(temp, power, metered, estimated, temp_at=taken)
 
     def _note(self, signal: str, unknown: bool, stale_s: float) -> None:
         if unknown and self._unknown.fail(signal):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from governors import Action, Readings, Verdict
+from governors.policy import Action, Readings, Verdict
 from mcpd import status
 from mcpd.events import Event, EventBus
 from mcpd.governor import competitors, domains, reports
@@ -107,7 +107,7 @@ class ControlLoop:
         self._pending: LoopSettings | None = None
         self.sensors = SensorSet([], [])
         self.actuators = Actuators(events, baseline, wall)
-        self.policy = PolicyDriver(settings.adaptive, settings.raise_hold_s)
+        self.policy = PolicyDriver(settings.governing)
         self._batch = BatchSizes(settings.models)
         self._clocks = Readback(events)
         now = clock()
@@ -270,19 +270,11 @@ class ControlLoop:
             self._state = "paused"
         else:
             self._floor.check(self.actuators.controls.values(), readings, s.params, now)
-            verdict, changes = self.policy.decide(
-                s.policy,
-                s.governor,
-                s.adaptive,
-                readings,
-                self._ages.temperature,
-                now,
-                self.actuators,
-            )
+            verdict, changes = self.policy.decide(readings, now, self.actuators)
             if changes:
                 written = self.clock()
             self._clocks.wrote(changes)
-            batch = self._batch.step(s.governor, verdict, s.models)
+            batch = self._batch.step(s.governing, verdict, s.models)
             if changes or batch:
                 self._report(verdict, changes, batch, readings)
             self._state = governor_state(
@@ -330,8 +322,8 @@ class ControlLoop:
             )
         plan, estimator = self.sensors.power_plan, self.sensors.estimator
         full_load_w = estimator.full_load_w if estimator and plan.source == "estimate" else None
-        self.policy.update_levels(self.actuators.controls, full_load_w)
-        if self.power_map is not None and not self._power_map_loaded and self.policy.levels:
+        self.policy.adopt(self.actuators.controls, full_load_w)
+        if self.power_map is not None and not self._power_map_loaded and self.actuators.controls:
             self._power_map_loaded = True
             if plan.source == "meter":
                 self.policy.seed(self.power_map.load(self._power_fingerprint()), self.clock())
@@ -383,11 +375,10 @@ class ControlLoop:
         ):
             self.sensors = self._discover_sensors()
         self._sync_domains()
-        self.policy.reload(
-            settings.raise_hold_s,
-            settings.adaptive,
-            settings.policy != old.policy or settings.adaptive != old.adaptive,
-        )
+        self.policy.reload(settings.governing)
+        if settings.policy != old.policy and self._power_map_loaded and self.power_map is not None:
+            # A policy taken over at a reload learns from what the board was known to draw.
+            self.policy.seed(self.power_map.saved, now)
         self._batch.reload(settings.models)
         if (old.temperature_s, old.power_s) != (settings.temperature_s, settings.power_s):
             self._temperature_grid = Grid(now, settings.temperature_s)
@@ -407,7 +398,9 @@ class ControlLoop:
             and self.sensors.power_plan.source == "meter"
             and self.power_map.due(now)
         ):
-            self.power_map.keep(self._power_fingerprint(), self.policy.learned_peaks(), now)
+            learned = self.policy.learned_w()
+            if learned is not None:
+                self.power_map.keep(self._power_fingerprint(), learned, now)
         if not self._trips_checked:
             self._trips_checked = True
             competitors.warn_about_kernel_trips(
