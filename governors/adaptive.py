@@ -194,8 +194,9 @@ class AdaptivePolicy:
             return self._cut(state, levels, now, "power unknown, meter silent (fail-safe)")
         settled = now - state.changed_at >= self.settle_s
         before = learned(state).get(state.level)
-        if power is not None and settled:
-            state = self._learn(state, power, now)
+        taken = now if readings.power_at is None else readings.power_at
+        if power is not None and taken - state.changed_at >= self.settle_s:
+            state = self._learn(state, power, taken)
         limit_w = self.limit_w(readings)
         trigger_w = limit_w * self.power_trigger
         # A level known to draw over the limit at its peak (learned before a restart) is left
@@ -270,7 +271,10 @@ class AdaptivePolicy:
 
     def _learn(self, state: AdaptiveState, power: float, now: float) -> AdaptiveState:
         """Keep the peak: the power a level draws under full load, not at the last idle spell,
-        nor in a spike (governors/peaks.py)."""
+        nor in a spike (governors/peaks.py). Each reading once (`now`: when it was read), however
+        many decisions see it (power read less often than temperature)."""
+        if state.recent_w and state.recent_w[-1][0] >= now:
+            return state
         if state.suspect_w is not None and state.suspect_w[0] != state.level:
             # At lower caps, more than the level left drew at its peak: the load rose, and the
             # reading that cut was no spike. At most as much: it was one.

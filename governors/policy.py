@@ -40,6 +40,8 @@ class Readings:
     "estimate"`) rather than a meter's reading: it can read a few percent low."""
     temp_at: float | None = field(default=None, compare=False)
     """When temp_c was read (None: now). Not compared: readings are alike when their values are."""
+    power_at: float | None = field(default=None, compare=False)
+    """When power_w was read (None: now)."""
 
 
 @dataclass(frozen=True)

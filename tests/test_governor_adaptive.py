@@ -249,6 +249,17 @@ def test_a_levels_peak_is_kept_through_idle_spells() -> None:
     assert verdict.action is Action.HOLD and "next level would draw" in verdict.reason
 
 
+def test_a_power_reading_is_learned_once_however_many_decisions_see_it() -> None:
+    """Power read less often than temperature (`power_ms` above `temperature_ms`): several
+    decisions see one reading, and it is one reading of the peak's window: a spike read once is
+    no peak however many decisions see it (issue 28). Counted at each, it was."""
+    state = run(AdaptiveState(level=TOP), 10.0, 1.0, 8.0)
+    spike = Readings(60.0, 11.5, metered=True, power_at=11.0)
+    for now in (11.0, 11.2, 11.4, 11.6, 11.8):
+        _, state = POLICY.decide(state, spike, now, LEVELS)
+    assert learned(state)[TOP] == 8.0
+
+
 def governed(
     state: AdaptiveState, start: float, seconds: float, watts: Callable[[int, float], float]
 ) -> tuple[AdaptiveState, list[tuple[float, int]]]:
