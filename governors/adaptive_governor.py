@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from governors.adaptive import AdaptivePolicy, AdaptiveState
+from governors.adaptive import AdaptivePolicy
+from governors.adaptive_state import AdaptiveState
 from governors.hysteresis import HysteresisGovernor
 from governors.levels import DomainSteps, Level, stepped_levels
 from governors.policy import Caps, Decision, Domain, FullLoadW, Readings, Step, Verdict

@@ -19,7 +19,8 @@ from governors import (
     stepped_levels,
     uniform_levels,
 )
-from governors.adaptive import learned
+from governors.adaptive_state import learned
+from governors.level_power import estimate_w
 from governors.peaks import by_level
 
 LEVELS = uniform_levels(
@@ -243,7 +244,7 @@ def test_a_levels_peak_is_kept_through_idle_spells() -> None:
     assert learned(state)[4] == 11.0
     # Level 5 never visited: scaled from level 4's peak (11 W x ratio^2), not from 5 W now.
     expected = 11.0 * (LEVELS[5].fraction / LEVELS[4].fraction) ** 2
-    assert POLICY.estimate_w(state, LEVELS, 5, 5.0) == pytest.approx(expected)
+    assert estimate_w(state, LEVELS, 5, 5.0) == pytest.approx(expected)
     verdict, _ = POLICY.decide(state, cool(60.0, 5.0), 20.0, LEVELS)
     assert expected >= 12.0 * POLICY.power_margin
     assert verdict.action is Action.HOLD and "next level would draw" in verdict.reason
