@@ -177,6 +177,30 @@ def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
             assert "learned peak" in lowered[0].data["reason"]
 
 
+def test_a_policy_taken_over_at_a_reload_knows_the_learned_power(tmp_path: Path) -> None:
+    """A daemon started with `hysteresis` and reloaded with `adaptive` (x86-amd, idle): the
+    adaptive policy starts from the peaks the file holds, as at a start, and leaves 2100 MHz."""
+    folder = tmp_path / "state"
+    first = Simulator(PROFILES["x86-amd"], tmp_path / "board1")
+    first.build()
+    loop, clock, _ = make_loop(
+        first.root, LoopSettings(policy="adaptive"), power_map=PowerMapStore(folder)
+    )
+    run_for(loop, clock, 5.0, first)
+    learned = PowerMapStore(folder).load(loop._power_fingerprint())
+    again = Simulator(PROFILES["x86-amd"], tmp_path / "board2", load=LoadSchedule("idle"))
+    again.build()
+    loop, clock, events = make_loop(again.root, power_map=PowerMapStore(folder))
+    run_for(loop, clock, 1.0, again)
+    assert loop.policy.learned_w() is None  # the seed rule learns nothing
+    loop.request_reload(LoopSettings(policy="adaptive"))
+    run_for(loop, clock, 1.0, again)
+    known = loop.policy.learned_w()
+    assert known is not None and learned.items() <= known.items()
+    lowered = [e for e in events if e.kind == "governor" and e.data["action"] == "lower"]
+    assert lowered and "learned peak" in lowered[0].data["reason"]
+
+
 def test_a_cut_lands_on_the_highest_level_whose_known_peak_fits() -> None:
     """Back at a level with a known peak under the same load, the cut trusts each lower level's
     own peak (17.7 W now, as known: 1700 MHz's 10.1 W fits) instead of scaling the power now by
