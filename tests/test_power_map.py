@@ -24,6 +24,7 @@ from mcpd.governor import power_map
 from mcpd.governor.actuation import DomainControl
 from mcpd.governor.decisions import PolicyDriver
 from mcpd.governor.domains import FrequencyDomain
+from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.power_map import FILENAME, PowerMapStore
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
@@ -148,9 +149,9 @@ def test_a_level_known_to_draw_over_the_limit_is_left_before_the_load_arrives() 
     assert verdict.action is Action.HOLD and state.level == 2  # nothing known: nothing to do
 
 
-def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
-    """x86-amd: every core at 2100 MHz draws ~17.7 W under full load, over 12 W. The first
-    daemon learns it the hard way; the second, on an idle board, leaves 2100 MHz at once."""
+def learned_on_x86_amd(tmp_path: Path) -> tuple[Path, ControlLoop]:
+    """The state folder of a daemon that governed a fully loaded x86-amd with `adaptive` for 5 s,
+    and its loop."""
     folder = tmp_path / "state"
     first = Simulator(PROFILES["x86-amd"], tmp_path / "board1")
     first.build()
@@ -158,6 +159,13 @@ def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
         first.root, LoopSettings(policy="adaptive"), power_map=PowerMapStore(folder)
     )
     run_for(loop, clock, 5.0, first)
+    return folder, loop
+
+
+def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
+    """x86-amd: every core at 2100 MHz draws ~17.7 W under full load, over 12 W. The first
+    daemon learns it the hard way; the second, on an idle board, leaves 2100 MHz at once."""
+    folder, loop = learned_on_x86_amd(tmp_path)
     assert (folder / FILENAME).exists()
     top = tuple(sorted(loop.policy.state.levels[-1].caps_mhz))
     assert PowerMapStore(folder).load(loop._power_fingerprint())[top] > 12.0
@@ -180,13 +188,7 @@ def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
 def test_a_policy_taken_over_at_a_reload_knows_the_learned_power(tmp_path: Path) -> None:
     """A daemon started with `hysteresis` and reloaded with `adaptive` (x86-amd, idle): the
     adaptive policy starts from the peaks the file holds, as at a start, and leaves 2100 MHz."""
-    folder = tmp_path / "state"
-    first = Simulator(PROFILES["x86-amd"], tmp_path / "board1")
-    first.build()
-    loop, clock, _ = make_loop(
-        first.root, LoopSettings(policy="adaptive"), power_map=PowerMapStore(folder)
-    )
-    run_for(loop, clock, 5.0, first)
+    folder, loop = learned_on_x86_amd(tmp_path)
     learned = PowerMapStore(folder).load(loop._power_fingerprint())
     again = Simulator(PROFILES["x86-amd"], tmp_path / "board2", load=LoadSchedule("idle"))
     again.build()
