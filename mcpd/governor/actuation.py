@@ -3,8 +3,9 @@
 Every domain keeps its own continuous target, starting from the cap in force and kept inside its
 range (the configured [min_mhz, max_mhz] intersected with the hardware range; the hardware range
 alone if they do not overlap). The policy moves the target (governors/policy.py); the domain writes
-it snapped to its table. Keeping the continuous value is what lets repeated x1.15 steps climb through a coarse table
-(RK3588 clusters step by 200 MHz) instead of snapping back to the same level every time.
+it snapped to its table. Keeping the continuous value is what lets repeated x1.15 steps climb
+through a coarse table (RK3588 clusters step by 200 MHz) instead of snapping back to the same level
+every time.
 
 A target counts only once written and read back (issue 26): a decision the kernel refuses (EBUSY,
 a cap that reads back higher than written) stays wanted, is retried at every decision and shown in

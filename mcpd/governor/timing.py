@@ -14,7 +14,7 @@ class Grid:
     became a decision of its own on the same readings)."""
 
     def __init__(self, origin: float, period_s: float) -> None:
-        self.origin = origin
+        self._origin = origin
         self._period_ns = max(1, round(period_s * 1e9))
         self._offset_ns = 0
         self.deadline = origin
@@ -30,7 +30,7 @@ class Grid:
 
     def _move(self, ns: int) -> None:
         self._offset_ns += ns
-        self.deadline = self.origin + self._offset_ns / 1e9
+        self.deadline = self._origin + self._offset_ns / 1e9
 
 
 class LoopTiming:
