@@ -18,7 +18,7 @@ next by one domain:
 - power at or above `power_trigger` x `power_high_w` (or a level whose learned peak is, as
   given back after a restart) jumps down to the highest level whose estimate is under the
   limit; power is not trusted for `settle_s` after a change (the meters average over
-  100-140 ms). The estimate for a level (`estimate_w`) is the peak measured there
+  100-140 ms). The estimate for a level (governors/level_power.py) is the peak measured there
   once settled (a learned map: an idle spell does not hide what a burst draws), else scaled from
   the highest level below with a peak; where power is itself an estimate (no meter), each level's
   Energy Model power at full load, against a limit lowered by `estimate_error`;
@@ -29,7 +29,8 @@ next by one domain:
 - the same fail-safe as the seed rule: an unknown temperature, or a meter that went silent, cuts
   every cap by `down_factor` per decision.
 
-Thresholds and clamps are the seed rule's (the levels are built inside the governed range).
+Thresholds and clamps are the seed rule's (the levels are built inside the governed range). The
+loop runs it through governors/adaptive_governor.py, which builds the levels from the domains.
 """
 
 from __future__ import annotations
@@ -37,31 +38,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from governors.hysteresis import Action, Readings, Verdict
-from governors.levels import Level
+from governors.adaptive_state import AdaptiveState, learned
+from governors.level_power import cut_estimate_w, estimate_w
+from governors.levels import Level, uniform_above, uniform_below
 from governors.params import GovernorParams
-from governors.peaks import PeakRule, Peaks, Recent, by_level
-
-
-@dataclass(frozen=True)
-class AdaptiveState:
-    level: int
-    """Index into the levels, lowest first."""
-    changed_at: float = -1e9
-    raised_at: float | None = None
-    """When the last raise happened, while it may still be undone."""
-    raise_interval_s: float = 2.0
-    temps: tuple[tuple[float, float], ...] = ()
-    """(time, °C) of recent temperature samples, oldest first."""
-    raises: tuple[float, ...] = ()
-    """When the raises of the last minute happened."""
-    learned_w: Peaks = ()
-    """Each level's peak, measured there once settled (governors/peaks.py)."""
-    recent_w: Recent = ()
-    """The settled readings at this level that its peak is learned from."""
-    suspect_w: tuple[int, float] | None = None
-    """(level, watts): a reading over the limit at a level read a while, not (yet) its peak: a
-    spike, or a load that rose. The first settled reading after the cut tells which."""
+from governors.peaks import PeakRule
+from governors.policy import Action, Readings, Verdict
 
 
 @dataclass(frozen=True)
@@ -100,6 +82,11 @@ class AdaptivePolicy:
     is the Energy Model estimate. 0.05 is the estimator's largest error against the simulated
     RK3588's true power, at mid-range clocks (docs/power-estimate.md)."""
 
+    @property
+    def ceiling_c(self) -> float:
+        """Where the forecast may not go: `margin_c` below the threshold."""
+        return self.params.temp_high_c - self.margin_c
+
     def limit_w(self, readings: Readings) -> float:
         """The power limit the readings are held to: lower when they are an estimate."""
         if readings.power_estimated:
@@ -131,51 +118,6 @@ class AdaptivePolicy:
         recent = tuple(s for s in state.temps if at - s[0] < self.slope_window_s)
         return replace(state, temps=(*recent, (at, temp_c)))
 
-    def estimate_w(
-        self, state: AdaptiveState, levels: tuple[Level, ...], target: int, power_w: float
-    ) -> float:
-        """A level's power: the Energy Model's at full load where power is estimated; down,
-        what the board draws now scaled by the plain ratio of fractions (static and board power
-        stay), or the peak measured there if higher; up, the peak measured there, else the square of the
-        ratio from the highest level below with a peak (a board at idle now says nothing about
-        the next burst), else from now."""
-        forecast = levels[target].full_load_w
-        if forecast is not None:
-            return forecast
-        peaks = learned(state)
-        if target < state.level:
-            ratio = levels[target].fraction / levels[state.level].fraction
-            return max(peaks.get(target, 0.0), power_w * ratio)
-        if target in peaks:
-            return max(peaks[target], power_w)
-        below = [level for level in peaks if level < target]
-        base, base_w = (max(below), peaks[max(below)]) if below else (state.level, power_w)
-        # Static and board power do not scale: the square overestimates, on the safe side.
-        ratio = levels[target].fraction / levels[base].fraction
-        return base_w * ratio * ratio
-
-    def cut_estimate_w(
-        self,
-        state: AdaptiveState,
-        levels: tuple[Level, ...],
-        target: int,
-        power_w: float,
-        before_w: float | None,
-        loaded: bool,
-    ) -> float:
-        """A lower level's power, for a cut. Where both it and the level now have a peak, its
-        peak scaled by how much more the board draws now than the peak known here (a heavier
-        load than when the peaks were learned); else the estimate_w one. A cut made on a learned
-        peak rather than on the power now (`loaded` false: the load may be light now) only
-        trusts levels with a peak of their own: the power now says nothing about them."""
-        if levels[target].full_load_w is None:  # metered: what was learned decides
-            peak = learned(state).get(target)
-            if peak is not None and before_w:
-                return peak * max(1.0, power_w / before_w)
-            if peak is None and not loaded:
-                return math.inf
-        return self.estimate_w(state, levels, target, power_w)
-
     def raise_limit_w(self, state: AdaptiveState, target: int, limit_w: float) -> float:
         measured = target in learned(state)
         return limit_w * (self.learned_margin if measured else self.power_margin)
@@ -183,104 +125,149 @@ class AdaptivePolicy:
     def decide(
         self, state: AdaptiveState, readings: Readings, now: float, levels: tuple[Level, ...]
     ) -> tuple[Verdict, AdaptiveState]:
+        """The verdict and the state at the level to run at next: the fail-safe first, then
+        power over the limit, then heat, then a raise where there is room (the module's rules)."""
         if not levels:
             return Verdict(Action.HOLD, "nothing to govern"), state
         state = replace(state, level=min(max(state.level, 0), len(levels) - 1))
         state = replace(state, learned_w=self.peaks.expire(state.learned_w, now))
-        temp, power = readings.temp_c, readings.power_w
+        temp = readings.temp_c
         if temp is None:
             return self._cut(state, levels, now, "temperature unknown (fail-safe)")
-        if power is None and readings.metered:
+        if readings.power_w is None and readings.metered:
             return self._cut(state, levels, now, "power unknown, meter silent (fail-safe)")
-        settled = now - state.changed_at >= self.settle_s
-        before = learned(state).get(state.level)
-        if power is not None and settled:
-            state = self._learn(state, power, now)
+        known_w = learned(state).get(state.level)
+        state = self._learn(state, readings, now)
+        over = self._power_cut(state, readings, now, levels, known_w)
+        if over is not None:
+            return over
+        predicted = self.predicted_c(state)
+        hot = self._heat_cut(state, temp, predicted, now, levels)
+        if hot is not None:
+            return hot
+        return self._raise(self._forgive(state, now), readings, predicted, now, levels)
+
+    def _power_cut(
+        self,
+        state: AdaptiveState,
+        readings: Readings,
+        now: float,
+        levels: tuple[Level, ...],
+        known_w: float | None,
+    ) -> tuple[Verdict, AdaptiveState] | None:
+        """Down to the highest level estimated under the limit, when the power now (or the peak
+        known at this level, `known_w` before this reading) is at the trigger; None if neither."""
+        power = readings.power_w
         limit_w = self.limit_w(readings)
         trigger_w = limit_w * self.power_trigger
         # A level known to draw over the limit at its peak (learned before a restart) is left
         # before the load arrives, not at the first meter window over the limit.
-        known_w = before if before is not None and state.level > 0 else 0.0
-        if power is not None and max(power, known_w) >= trigger_w and settled:
-            if power > learned(state).get(state.level, power):
-                state = replace(state, suspect_w=(state.level, power))
-            target = next(
-                (
-                    i
-                    for i in range(state.level - 1, -1, -1)
-                    if self.cut_estimate_w(state, levels, i, power, before, power >= trigger_w)
-                    < limit_w * self.power_margin
-                ),
-                0,
-            )
-            of = (
-                f"the limit / {1 + self.estimate_error:g}, estimated"
-                if readings.power_estimated
-                else "the limit"
-            )
-            over = (
-                f"power {power:.2f} W"
-                if power >= trigger_w
-                else f"this level's learned peak {known_w:.2f} W"
-            )
-            why = f"{over} >= {trigger_w:.2f} W ({self.power_trigger:g} x {of})"
-            return self._move(state, target, now, why)
+        peak_w = known_w if known_w is not None and state.level > 0 else 0.0
+        settled = now - state.changed_at >= self.settle_s
+        if power is None or max(power, peak_w) < trigger_w or not settled:
+            return None
+        if power > learned(state).get(state.level, power):
+            state = replace(state, suspect_w=(state.level, power))
+        target = next(
+            (
+                i
+                for i in range(state.level - 1, -1, -1)
+                if cut_estimate_w(state, levels, i, power, known_w, power >= trigger_w)
+                < limit_w * self.power_margin
+            ),
+            0,
+        )
+        of = (
+            f"the limit / {1 + self.estimate_error:g}, estimated"
+            if readings.power_estimated
+            else "the limit"
+        )
+        over = (
+            f"power {power:.2f} W"
+            if power >= trigger_w
+            else f"this level's learned peak {peak_w:.2f} W"
+        )
+        why = f"{over} >= {trigger_w:.2f} W ({self.power_trigger:g} x {of})"
+        return self._move(state, target, now, why)
+
+    def _heat_cut(
+        self,
+        state: AdaptiveState,
+        temp: float,
+        predicted: float | None,
+        now: float,
+        levels: tuple[Level, ...],
+    ) -> tuple[Verdict, AdaptiveState] | None:
+        """Every domain down at the threshold, one level down when heading over the ceiling near
+        it, each once the last cut had time to act; None when neither applies."""
         if temp >= self.params.temp_high_c:
             if now - state.changed_at >= self.settle_s:
-                return self._move(
-                    state,
-                    uniform_below(levels, state.level),
-                    now,
-                    f"temperature {temp:.1f} °C >= {self.params.temp_high_c:g} °C",
-                )
+                why = f"temperature {temp:.1f} °C >= {self.params.temp_high_c:g} °C"
+                return self._move(state, uniform_below(levels, state.level), now, why)
             return Verdict(Action.HOLD, "waiting for the last cut to act"), state
-        predicted = self.predicted_c(state)
-        ceiling = self.params.temp_high_c - self.margin_c
-        since = now - state.changed_at
-        near = temp >= self.params.temp_high_c - self.act_within_c
-        if predicted is not None and predicted > ceiling and near:
-            if since >= self.lower_interval_s:
+        heading = predicted is not None and predicted > self.ceiling_c
+        if heading and temp >= self.params.temp_high_c - self.act_within_c:
+            if now - state.changed_at >= self.lower_interval_s:
                 why = f"temperature {temp:.1f} °C heading for {predicted:.1f} °C in {self.horizon_s:g} s"
                 return self._move(state, state.level - 1, now, why)
             return Verdict(Action.HOLD, "waiting for the last cut to act"), state
-        state = self._forgive(state, now)
-        room = predicted is not None and predicted < ceiling - self.raise_margin_c
+        return None
+
+    def _raise(
+        self,
+        state: AdaptiveState,
+        readings: Readings,
+        predicted: float | None,
+        now: float,
+        levels: tuple[Level, ...],
+    ) -> tuple[Verdict, AdaptiveState]:
+        """Up where the forecast leaves room, the raise budget and interval allow it and the
+        next level's power is estimated under the limit; else hold."""
+        temp, power = readings.temp_c, readings.power_w
+        room = predicted is not None and predicted < self.ceiling_c - self.raise_margin_c
         recent = tuple(t for t in state.raises if now - t < 60.0)
         budget = len(recent) < self.max_raises_per_min
-        if room and budget and state.level < len(levels) - 1 and since >= state.raise_interval_s:
-            # Far from the temperature limit a whole uniform level at once (fewer changes; the
-            # die has room), near it or where that would draw too much, one domain.
-            targets = [state.level + 1]
-            if not near:
-                targets.insert(0, uniform_above(levels, state.level))
-            if power is not None and readings.metered:
-                if not settled:
-                    return Verdict(Action.HOLD, "power settling"), state
-                drawn = [(t, self.estimate_w(state, levels, t, power)) for t in targets]
-                allowed = [t for t, w in drawn if w < self.raise_limit_w(state, t, limit_w)]
-                if not allowed:
-                    return Verdict(
-                        Action.HOLD, f"next level would draw ~{drawn[-1][1]:.1f} W"
-                    ), state
-                targets = allowed
-            why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
-            verdict, state = self._move(state, targets[0], now, why)
-            return verdict, replace(state, raised_at=now, raises=(*recent, now))
-        return Verdict(Action.HOLD, "at the highest sustainable level"), state
+        waited = now - state.changed_at >= state.raise_interval_s
+        if not (room and budget and waited and state.level < len(levels) - 1):
+            return Verdict(Action.HOLD, "at the highest sustainable level"), state
+        # Far from the temperature limit a whole uniform level at once (fewer changes; the die
+        # has room), near it or where that would draw too much, one domain.
+        targets = [state.level + 1]
+        if temp is not None and temp < self.params.temp_high_c - self.act_within_c:
+            targets.insert(0, uniform_above(levels, state.level))
+        if power is not None and readings.metered:
+            if now - state.changed_at < self.settle_s:
+                return Verdict(Action.HOLD, "power settling"), state
+            limit_w = self.limit_w(readings)
+            drawn = [(t, estimate_w(state, levels, t, power)) for t in targets]
+            allowed = [t for t, w in drawn if w < self.raise_limit_w(state, t, limit_w)]
+            if not allowed:
+                return Verdict(Action.HOLD, f"next level would draw ~{drawn[-1][1]:.1f} W"), state
+            targets = allowed
+        why = f"temperature {temp:.1f} °C, {predicted:.1f} °C in {self.horizon_s:g} s"
+        verdict, state = self._move(state, targets[0], now, why)
+        return verdict, replace(state, raised_at=now, raises=(*recent, now))
 
-    def _learn(self, state: AdaptiveState, power: float, now: float) -> AdaptiveState:
+    def _learn(self, state: AdaptiveState, readings: Readings, now: float) -> AdaptiveState:
         """Keep the peak: the power a level draws under full load, not at the last idle spell,
-        nor in a spike (governors/peaks.py)."""
+        nor in a spike (governors/peaks.py). Each reading once, read after the last change
+        settled, however many decisions see it (power read less often than temperature)."""
+        power = readings.power_w
+        taken = now if readings.power_at is None else readings.power_at
+        if power is None or taken - state.changed_at < self.settle_s:
+            return state
+        if state.recent_w and state.recent_w[-1][0] >= taken:
+            return state
         if state.suspect_w is not None and state.suspect_w[0] != state.level:
             # At lower caps, more than the level left drew at its peak: the load rose, and the
             # reading that cut was no spike. At most as much: it was one.
             level, watts = state.suspect_w
             state = replace(state, suspect_w=None)
             if power > learned(state).get(level, math.inf):
-                learned_w = self.peaks.reached(state.learned_w, level, watts, now)
+                learned_w = self.peaks.reached(state.learned_w, level, watts, taken)
                 state = replace(state, learned_w=learned_w)
-        recent, held = self.peaks.held(state.recent_w, power, now)
-        learned_w = self.peaks.reached(state.learned_w, state.level, held, now)
+        recent, held = self.peaks.held(state.recent_w, power, taken)
+        learned_w = self.peaks.reached(state.learned_w, state.level, held, taken)
         return replace(state, recent_w=recent, learned_w=learned_w)
 
     def _forgive(self, state: AdaptiveState, now: float) -> AdaptiveState:
@@ -321,21 +308,3 @@ class AdaptivePolicy:
         )
         # LOWER even at the lowest level: the batch sizes still step down, as in the seed rule.
         return Verdict(Action.LOWER, why), self._move(state, target, now, why)[1]
-
-
-def learned(state: AdaptiveState) -> dict[int, float]:
-    """Each level's learned peak, in watts."""
-    return by_level(state.learned_w)
-
-
-def uniform_below(levels: tuple[Level, ...], level: int) -> int:
-    """The highest uniform level below `level`: a temperature cut moves every domain, as the
-    seed rule's does (one domain at a time would answer heat too slowly)."""
-    return max((i for i in range(level) if levels[i].uniform), default=0)
-
-
-def uniform_above(levels: tuple[Level, ...], level: int) -> int:
-    """The lowest uniform level above `level` (the top if none)."""
-    return min(
-        (i for i in range(level + 1, len(levels)) if levels[i].uniform), default=len(levels) - 1
-    )

@@ -11,61 +11,66 @@ without a power meter (power None, not metered) is governed by temperature alone
 exists and has gone silent counts as over the limit, like an unknown temperature. The batch size
 moves with the same conditions: down to floor(b x 0.7) (at least 1), up to ceil(b x 1.15) (at most
 max_batch).
+
+As the loop's policy (governors/policy.py) it steps every domain's target in force, the continuous
+value and not the cap it snaps to (so that x1.15 steps climb a coarse table); its state is the
+optional raise hold.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
+from governors.levels import DomainSteps
 from governors.params import GovernorParams
-
-
-class Action(str, Enum):
-    LOWER = "lower"
-    RAISE = "raise"
-    HOLD = "hold"
-
-
-@dataclass(frozen=True)
-class Readings:
-    temp_c: float | None
-    """Governing temperature; None = unknown (fail-safe: treated as hot)."""
-    power_w: float | None = None
-    """Governing power; None = no reading."""
-    metered: bool = False
-    """Whether the board has a power meter: if it has, a missing power reading is fail-safe."""
-    power_estimated: bool = False
-    """Whether power_w is the Energy Model estimate (no meter on the board, or `[sensors] power =
-    "estimate"`) rather than a meter's reading: it can read a few percent low."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Which way the readings say to move, and why."""
-
-    action: Action
-    reason: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A step of one quantity (a domain's target MHz, a model's batch size): what and why."""
-
-    action: Action
-    reason: str
-    old: float
-    new: float
-
-    @property
-    def changed(self) -> bool:
-        return self.new != self.old
+from governors.policy import (
+    Action,
+    Caps,
+    Decision,
+    Domain,
+    FullLoadW,
+    Readings,
+    Step,
+    Verdict,
+)
 
 
 @dataclass(frozen=True)
 class HysteresisGovernor:
+    """The seed rule as a policy (governors/policy.py): its state is the raise hold."""
+
     params: GovernorParams = field(default_factory=GovernorParams)
+    raise_hold_s: float = 0.0
+
+    def start(
+        self, domains: Sequence[DomainSteps], full_load_w: FullLoadW | None, before: object = None
+    ) -> RaiseHold:
+        return RaiseHold(self.raise_hold_s)
+
+    def adopt(
+        self, state: RaiseHold, domains: Sequence[DomainSteps], full_load_w: FullLoadW | None
+    ) -> RaiseHold:
+        return state
+
+    def decide(
+        self, readings: Readings, state: RaiseHold, now: float, domains: Sequence[Domain]
+    ) -> Step[RaiseHold]:
+        """Every domain's target in force stepped by the verdict (a hold moves none)."""
+        verdict, hold = state.apply(self.verdict(readings), now)
+        if verdict.action is Action.HOLD:
+            return Step(verdict, {}, hold)
+        targets = {
+            d.name: self.step_mhz(verdict, d.target_mhz, d.low_mhz, d.high_mhz).new for d in domains
+        }
+        return Step(verdict, targets, hold)
+
+    def learned_w(self, state: RaiseHold) -> Mapping[Caps, float] | None:
+        return None
+
+    def seeded(self, state: RaiseHold, peaks: Mapping[Caps, float], now: float) -> RaiseHold:
+        return state
 
     def verdict(self, readings: Readings) -> Verdict:
         p = self.params

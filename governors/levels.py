@@ -80,3 +80,16 @@ def stepped_levels(domains: Sequence[DomainSteps]) -> tuple[Level, ...]:
             fraction = lower.fraction + share * (upper.fraction - lower.fraction)
             levels.append(Level(fraction, tuple(caps.items()), uniform=False))
     return (*levels, *uniform[-1:])
+
+
+def uniform_below(levels: tuple[Level, ...], level: int) -> int:
+    """The highest uniform level below `level`: a temperature cut moves every domain, as the
+    seed rule's does (one domain at a time would answer heat too slowly)."""
+    return max((i for i in range(level) if levels[i].uniform), default=0)
+
+
+def uniform_above(levels: tuple[Level, ...], level: int) -> int:
+    """The lowest uniform level above `level` (the top if none)."""
+    return min(
+        (i for i in range(level + 1, len(levels)) if levels[i].uniform), default=len(levels) - 1
+    )

@@ -77,7 +77,7 @@ def test_a_decision_that_holds_still_retries_the_write_it_decided(fake: FakeSysf
     text = refuse_writes(fake, POLICY4)
     loop.tick(clock.now)  # decided 1680 MHz, refused
     fake.file("sys/devices/virtual/thermal/thermal_zone0/temp", "80000\n")  # in the band: hold
-    run_for(loop, clock, 0.5)
+    run_for(loop, clock, 0.45)  # refused again at every decision, the last at 0.4 s
     accept_writes(fake, POLICY4, text)
     run_for(loop, clock, 0.2)
     assert cap(fake, POLICY4) == 1608000
@@ -95,14 +95,14 @@ def test_adaptive_counts_only_levels_whose_caps_were_written(fake: FakeSysfs) ->
     text = refuse_writes(fake, POLICY4)
     run_for(loop, clock, 3.0)
     assert cap(fake, NPU) == 800000000  # the NPU went down to its floor
-    learned = loop.policy.learned_peaks()
+    learned = loop.policy.learned_w()
     assert learned and all(dict(caps)["policy4"] == 2400.0 for caps in learned)
     assert loop.snapshot.state == "write-failing"
     accept_writes(fake, POLICY4, text)
     run_for(loop, clock, 0.1)
     assert cap(fake, POLICY4) < 2400000
     caps = tuple((d.name, d.cap_mhz) for d in loop.snapshot.domains)
-    assert caps in {level.caps_mhz for level in loop.policy.levels}  # the level it is at
+    assert caps in {level.caps_mhz for level in loop.policy.state.levels}  # the level it is at
     assert loop.snapshot.state != "write-failing"
 
 

@@ -19,7 +19,8 @@ from governors import (
     stepped_levels,
     uniform_levels,
 )
-from governors.adaptive import learned
+from governors.adaptive_state import learned
+from governors.level_power import estimate_w
 from governors.peaks import by_level
 
 LEVELS = uniform_levels(
@@ -243,10 +244,21 @@ def test_a_levels_peak_is_kept_through_idle_spells() -> None:
     assert learned(state)[4] == 11.0
     # Level 5 never visited: scaled from level 4's peak (11 W x ratio^2), not from 5 W now.
     expected = 11.0 * (LEVELS[5].fraction / LEVELS[4].fraction) ** 2
-    assert POLICY.estimate_w(state, LEVELS, 5, 5.0) == pytest.approx(expected)
+    assert estimate_w(state, LEVELS, 5, 5.0) == pytest.approx(expected)
     verdict, _ = POLICY.decide(state, cool(60.0, 5.0), 20.0, LEVELS)
     assert expected >= 12.0 * POLICY.power_margin
     assert verdict.action is Action.HOLD and "next level would draw" in verdict.reason
+
+
+def test_a_power_reading_is_learned_once_however_many_decisions_see_it() -> None:
+    """Power read less often than temperature (`power_ms` above `temperature_ms`): several
+    decisions see one reading, and it is one reading of the peak's window: a spike read once is
+    no peak however many decisions see it (issue 28). Counted at each, it was."""
+    state = run(AdaptiveState(level=TOP), 10.0, 1.0, 8.0)
+    spike = Readings(60.0, 11.5, metered=True, power_at=11.0)
+    for now in (11.0, 11.2, 11.4, 11.6, 11.8):
+        _, state = POLICY.decide(state, spike, now, LEVELS)
+    assert learned(state)[TOP] == 8.0
 
 
 def governed(

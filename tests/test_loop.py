@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import socket
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from mcpd.governor.baseline import Baseline
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
-from mcpd.governor.timing import next_deadline
+from mcpd.governor.timing import Grid
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from mcpd.snapshot import Snapshot
 from sensors.discovery import PowerOptions
@@ -316,9 +318,41 @@ def test_the_snapshot_is_built_when_read_not_at_every_sample(
 
 
 def test_next_deadline_keeps_the_grid_and_skips_missed_ticks() -> None:
-    assert next_deadline(10.0, 0.2, 10.05) == pytest.approx(10.2)
-    assert next_deadline(10.0, 0.2, 10.95) == pytest.approx(11.0)  # 10.2 .. 10.8 were missed
-    assert next_deadline(10.0, 0.2, 11.0) == pytest.approx(11.2)
+    grid = Grid(10.0, 0.2)
+    grid.advance(10.05)
+    assert grid.deadline == pytest.approx(10.2)
+    grid.advance(10.95)
+    assert grid.deadline == pytest.approx(11.0)  # 10.2 .. 10.8 were missed
+    grid.advance(11.0)
+    assert grid.deadline == pytest.approx(11.2)
+
+
+def test_a_tick_where_both_samples_are_due_is_one_decision_on_both(fake: FakeSysfs) -> None:
+    """Temperature (every 200 ms) and power (every 100 ms) are both due at every other tick: one
+    decision there, on the new reading of each. Before, the grids summed in floats met one ulp
+    apart (at 0.6 s from 0.0), the power sample was decided on with the 90 °C read at 0.4 s,
+    which had already lowered the caps at 0.4 and 0.5 s, and the new 80 °C only after it."""
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, _ = make_loop(fake.root, LoopSettings(models={"m": 10**9}))
+    clock.now = 0.0
+    run_for(loop, clock, 0.5)
+    lowered = loop.batch_size("m")
+    set_temp(fake, 80.0)  # in the band: hold
+    run_for(loop, clock, 0.1)  # the tick at 0.6 s
+    assert loop.batch_size("m") == lowered
+
+
+def test_a_hot_board_is_stepped_once_per_tick(fake: FakeSysfs) -> None:
+    """The seed rule once per 100 ms tick: eleven x0.7 steps in the ticks from 0 to 1 s (there
+    were fourteen: three readings applied twice, x0.49 at once)."""
+    board_with_meter(fake, 90.0, 5.0)
+    loop, clock, _ = make_loop(fake.root, LoopSettings(models={"m": 10**9}))
+    clock.now = 0.0
+    run_for(loop, clock, 1.0)
+    eleven_steps = 10**9
+    for _ in range(11):
+        eleven_steps = math.floor(eleven_steps * 0.7)
+    assert loop.batch_size("m") == eleven_steps
 
 
 def test_stale_temperature_is_fail_safe_after_one_second(fake: FakeSysfs) -> None:
@@ -440,6 +474,22 @@ def test_reload_is_applied_whole_at_a_tick(fake: FakeSysfs) -> None:
     assert loop.snapshot.batch == {"m": 2, "n": 1}
 
 
+def test_a_reload_that_leaves_the_policy_alone_keeps_its_raise_hold(fake: FakeSysfs) -> None:
+    """A reload that changes nothing of the policy (here: a model added) keeps its state, the
+    adaptive policy's as the raise hold's: the hold goes on counting. Before, it started over."""
+    board_with_meter(fake, 90.0, 5.0)
+    settings = LoopSettings(raise_hold_s=1.0)
+    loop, clock, _ = make_loop(fake.root, settings)
+    loop.tick(clock.now)
+    set_temp(fake, 60.0)  # read at 0.2 s: from then, raises are held 1 s
+    run_for(loop, clock, 0.15)
+    lowered = cap(fake, POLICY4)
+    run_for(loop, clock, 0.5)
+    loop.request_reload(replace(settings, models={"m": 8}))  # at 0.7 s
+    run_for(loop, clock, 0.7)  # to 1.35 s: more than 1 s below the thresholds
+    assert cap(fake, POLICY4) > lowered
+
+
 def test_pause_holds_everything(fake: FakeSysfs) -> None:
     board_with_meter(fake, 95.0, 5.0)
     loop, clock, _ = make_loop(fake.root)
@@ -523,7 +573,7 @@ def test_adaptive_policy_settles_below_the_threshold_and_holds(tmp_path: Path) -
     late = [e for e in changes if e.data["action"] == "lower"]
     assert late and len(changes) <= 20
     caps = {d.name: d.cap_mhz for d in loop.snapshot.domains}
-    assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.levels}
+    assert tuple(caps.items()) in {level.caps_mhz for level in loop.policy.state.levels}
     assert loop.snapshot.batch["m"] < 8
 
 
@@ -554,7 +604,7 @@ def test_adaptive_policy_on_an_estimate_stays_under_the_true_limit(tmp_path: Pat
         policy="adaptive", power=PowerOptions(coefficients={"fdab0000.npu": 3600.0})
     )
     loop, clock, _ = make_loop(sim.root, settings)
-    forecasts = [level.full_load_w for level in loop.policy.levels]
+    forecasts = [level.full_load_w for level in loop.policy.state.levels]
     assert all(isinstance(w, float) for w in forecasts) and forecasts == sorted(forecasts)
     watts = []
     for _ in range(150 * 5):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from governors import (
     Action,
-    AdaptivePolicy,
+    AdaptiveGovernor,
     GovernorParams,
     HysteresisGovernor,
     Readings,
@@ -144,14 +144,16 @@ def test_learned_power_stays_with_its_caps_when_the_levels_are_renumbered() -> N
     """A new clamp drops the lowest levels: a peak learned at 1416 MHz must stay at 1416 MHz,
     not move to whatever level now has its old index (which would let the policy raise into
     caps it measured over the limit)."""
-    driver = PolicyDriver(AdaptivePolicy(), 0.0)
-    driver.update_levels(_controls(800.0))
-    at = {dict(lv.caps_mhz)["policy4"]: i for i, lv in enumerate(driver.levels)}
+    driver = PolicyDriver(AdaptiveGovernor())
+    driver.adopt(_controls(800.0))
+    at = {dict(lv.caps_mhz)["policy4"]: i for i, lv in enumerate(driver.state.levels)}
     learned_w = ((at[1416.0], 12.5, 7.0), (at[800.0], 4.0, 7.0))
-    driver._adaptive = replace(driver._adaptive, learned_w=learned_w)
-    driver.update_levels(_controls(1200.0))
+    driver.state = replace(
+        driver.state, adaptive=replace(driver.state.adaptive, learned_w=learned_w)
+    )
+    driver.adopt(_controls(1200.0))
     learned = {
-        dict(driver.levels[i].caps_mhz)["policy4"]: (w, when)
-        for i, w, when in driver._adaptive.learned_w
+        dict(driver.state.levels[i].caps_mhz)["policy4"]: (w, when)
+        for i, w, when in driver.state.adaptive.learned_w
     }
     assert learned == {1416.0: (12.5, 7.0)}  # 800 MHz is no level any more: its peak is gone

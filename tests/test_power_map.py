@@ -10,12 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from governors import Action, AdaptivePolicy, AdaptiveState, Readings, uniform_levels
+from governors import (
+    Action,
+    AdaptiveGovernor,
+    AdaptivePolicy,
+    AdaptiveState,
+    Readings,
+    uniform_levels,
+)
+from governors.adaptive_governor import caps_key
 from governors.levels import DomainSteps
 from mcpd.governor import power_map
 from mcpd.governor.actuation import DomainControl
-from mcpd.governor.decisions import PolicyDriver, caps_key
+from mcpd.governor.decisions import PolicyDriver
 from mcpd.governor.domains import FrequencyDomain
+from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.power_map import FILENAME, PowerMapStore
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
@@ -140,9 +149,9 @@ def test_a_level_known_to_draw_over_the_limit_is_left_before_the_load_arrives() 
     assert verdict.action is Action.HOLD and state.level == 2  # nothing known: nothing to do
 
 
-def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
-    """x86-amd: every core at 2100 MHz draws ~17.7 W under full load, over 12 W. The first
-    daemon learns it the hard way; the second, on an idle board, leaves 2100 MHz at once."""
+def learned_on_x86_amd(tmp_path: Path) -> tuple[Path, ControlLoop]:
+    """The state folder of a daemon that governed a fully loaded x86-amd with `adaptive` for 5 s,
+    and its loop."""
     folder = tmp_path / "state"
     first = Simulator(PROFILES["x86-amd"], tmp_path / "board1")
     first.build()
@@ -150,8 +159,15 @@ def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
         first.root, LoopSettings(policy="adaptive"), power_map=PowerMapStore(folder)
     )
     run_for(loop, clock, 5.0, first)
+    return folder, loop
+
+
+def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
+    """x86-amd: every core at 2100 MHz draws ~17.7 W under full load, over 12 W. The first
+    daemon learns it the hard way; the second, on an idle board, leaves 2100 MHz at once."""
+    folder, loop = learned_on_x86_amd(tmp_path)
     assert (folder / FILENAME).exists()
-    top = tuple(sorted(loop.policy.levels[-1].caps_mhz))
+    top = tuple(sorted(loop.policy.state.levels[-1].caps_mhz))
     assert PowerMapStore(folder).load(loop._power_fingerprint())[top] > 12.0
 
     for remembered, leaves in ((PowerMapStore(folder), True), (None, False)):
@@ -167,6 +183,24 @@ def test_a_restarted_daemon_starts_from_what_it_learned(tmp_path: Path) -> None:
         assert bool(lowered) is leaves
         if leaves:
             assert "learned peak" in lowered[0].data["reason"]
+
+
+def test_a_policy_taken_over_at_a_reload_knows_the_learned_power(tmp_path: Path) -> None:
+    """A daemon started with `hysteresis` and reloaded with `adaptive` (x86-amd, idle): the
+    adaptive policy starts from the peaks the file holds, as at a start, and leaves 2100 MHz."""
+    folder, loop = learned_on_x86_amd(tmp_path)
+    learned = PowerMapStore(folder).load(loop._power_fingerprint())
+    again = Simulator(PROFILES["x86-amd"], tmp_path / "board2", load=LoadSchedule("idle"))
+    again.build()
+    loop, clock, events = make_loop(again.root, power_map=PowerMapStore(folder))
+    run_for(loop, clock, 1.0, again)
+    assert loop.policy.learned_w() is None  # the seed rule learns nothing
+    loop.request_reload(LoopSettings(policy="adaptive"))
+    run_for(loop, clock, 1.0, again)
+    known = loop.policy.learned_w()
+    assert known is not None and learned.items() <= known.items()
+    lowered = [e for e in events if e.kind == "governor" and e.data["action"] == "lower"]
+    assert lowered and "learned peak" in lowered[0].data["reason"]
 
 
 def test_a_cut_lands_on_the_highest_level_whose_known_peak_fits() -> None:
@@ -194,12 +228,12 @@ def test_a_cut_on_a_learned_peak_trusts_only_levels_with_a_peak_of_their_own() -
 
 
 def test_a_reloaded_policy_keeps_what_it_learned_about_power() -> None:
-    driver = PolicyDriver(AdaptivePolicy(), 0.0)
-    driver.update_levels(_controls())
-    top = caps_key(driver.levels[-1])
+    driver = PolicyDriver(AdaptiveGovernor())
+    driver.adopt(_controls())
+    top = caps_key(driver.state.levels[-1])
     driver.seed({top: 17.7}, 0.0)
-    driver.reload(0.0, AdaptivePolicy(margin_c=1.0), restart_adaptive=True)
-    assert driver.learned_peaks() == {top: 17.7}
+    driver.reload(AdaptiveGovernor(AdaptivePolicy(margin_c=1.0)))
+    assert driver.learned_w() == {top: 17.7}
 
 
 def _controls() -> dict[str, DomainControl]:

@@ -1,10 +1,11 @@
-"""Applying the governor to each frequency domain.
+"""Applying a policy's targets to each frequency domain.
 
 Every domain keeps its own continuous target, starting from the cap in force and kept inside its
 range (the configured [min_mhz, max_mhz] intersected with the hardware range; the hardware range
-alone if they do not overlap). The governor steps the target; the domain writes it snapped to its
-table. Keeping the continuous value is what lets repeated x1.15 steps climb through a coarse table
-(RK3588 clusters step by 200 MHz) instead of snapping back to the same level every time.
+alone if they do not overlap). The policy moves the target (governors/policy.py); the domain writes
+it snapped to its table. Keeping the continuous value is what lets repeated x1.15 steps climb
+through a coarse table (RK3588 clusters step by 200 MHz) instead of snapping back to the same level
+every time.
 
 A target counts only once written and read back (issue 26): a decision the kernel refuses (EBUSY,
 a cap that reads back higher than written) stays wanted, is retried at every decision and shown in
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from governors import Action, HysteresisGovernor, Verdict
+from governors.policy import Domain
 from mcpd.config import DomainSection
 from mcpd.events import Event, EventBus
 from mcpd.governor.baseline import Baseline
@@ -50,6 +51,8 @@ class DomainControl:
     """A target decided but not in force yet, retried at every decision."""
     failure: WriteFailure | None = None
     """Why `wanted` is not in force, while its writes fail."""
+    changed_at: float | None = None
+    """When a decision's write last changed the cap."""
 
     def want(self, target: float | None) -> None:
         """Decide a target to write (None: the one in force will do, nothing is failing then)."""
@@ -147,23 +150,26 @@ class Actuators:
                 control.want(control.target)
         return self.write_wanted()
 
-    def apply(self, governor: HysteresisGovernor, verdict: Verdict) -> list[CapChange]:
-        """Step every target in force by `verdict` (a hold keeps what is wanted) and write what
-        is wanted."""
-        if verdict.action is not Action.HOLD:
-            for control in self.controls.values():
-                decision = governor.step_mhz(verdict, control.target, control.low, control.high)
-                control.want(decision.new if decision.changed else None)
-        return self.write_wanted()
+    def domains(self) -> tuple[Domain, ...]:
+        """The governed domains as a policy sees them."""
+        return tuple(
+            Domain(name, c.target, c.low, c.high, c.wanted is not None, c.changed_at)
+            for name, c in self.controls.items()
+        )
 
-    def set_targets(self, targets_mhz: Mapping[str, float]) -> list[CapChange]:
-        """Move the named domains to the given targets (a policy that picks caps itself)."""
+    def move(self, targets_mhz: Mapping[str, float], now: float) -> list[CapChange]:
+        """A decision at `now`: the named domains to their targets (inside their ranges; the target
+        in force needs no write, and drops one still wanted), and every target decided and not in
+        force yet written."""
         for name, control in self.controls.items():
             target = targets_mhz.get(name)
             if target is not None:
                 target = min(max(target, control.low), control.high)
                 control.want(None if target == control.target else target)
-        return self.write_wanted()
+        changes = self.write_wanted()
+        for change in changes:
+            self.controls[change.domain].changed_at = now
+        return changes
 
     def write_wanted(self) -> list[CapChange]:
         """Write every target decided and not in force yet (retried at every decision)."""

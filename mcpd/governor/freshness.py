@@ -39,7 +39,14 @@ class Freshness:
         metered = metered and not first_pending
         self._note("temperature", temp is None and self.temperature is not None, stale_s)
         self._note("power", metered and power is None, stale_s)
-        return Readings(temp, power, metered, estimated)
+        return Readings(
+            temp,
+            power,
+            metered,
+            estimated,
+            temp_at=_when(temp, self.temperature),
+            power_at=_when(power, self.power),
+        )
 
     def _note(self, signal: str, unknown: bool, stale_s: float) -> None:
         if unknown and self._unknown.fail(signal):
@@ -53,6 +60,10 @@ class Freshness:
             self.events.publish(
                 Event("fault", f"{signal} readings are back", {"signal": signal, "recovered": True})
             )
+
+
+def _when(fresh: float | None, sample: tuple[float, float] | None) -> float | None:
+    return None if fresh is None or sample is None else sample[1]
 
 
 def _fresh(sample: tuple[float, float] | None, now: float, stale_s: float) -> float | None:

@@ -1,9 +1,10 @@
 """The control loop: sample, decide, actuate, on deadlines from a monotonic clock.
 
-Temperature is sampled every `temperature_ms` and power every `power_ms`; every sample is decided on
-at once with the newest value of the other signal. Deadlines advance on a fixed grid (work done in
-between never makes the schedule drift; a late wake-up skips the ticks it missed instead of
-bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
+Temperature is sampled every `temperature_ms` and power every `power_ms`; each tick takes the
+samples due then and makes one decision, on the freshest reading of each (the seed rule's one step
+per call with both readings: a reading applied once per decision, never twice in one instant).
+Deadlines advance on fixed grids (work done in between never makes the schedule drift; a late
+wake-up skips the ticks it missed instead of bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
 the governor steps down until it is back. The loop pings systemd's watchdog from its own tick, so a
 hung loop is caught, and it never stops on a sensor fault: vanished files and udev events trigger
 re-discovery.
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from governors import Action, Readings, Verdict
+from governors.policy import Action, Readings, Verdict
 from mcpd import status
 from mcpd.events import Event, EventBus
 from mcpd.governor import competitors, domains, reports
@@ -34,7 +35,7 @@ from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.readback import Readback
 from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
 from mcpd.governor.thermal_forecast import ThrottleForecast
-from mcpd.governor.timing import LoopTiming, next_deadline
+from mcpd.governor.timing import Grid, LoopTiming
 from mcpd.snapshot import LastAction, Snapshot
 from mcpd.status import GovernorState
 from sensors import PowerSample, SensorSet, TemperatureSample
@@ -113,7 +114,7 @@ class ControlLoop:
         self._pending: LoopSettings | None = None
         self.sensors = SensorSet([], [])
         self.actuators = Actuators(events, baseline, wall)
-        self.policy = PolicyDriver(settings.adaptive, settings.raise_hold_s)
+        self.policy = PolicyDriver(settings.governing)
         self._batch = BatchSizes(settings.models)
         self._clocks = Readback(events)
         now = clock()
@@ -186,7 +187,10 @@ class ControlLoop:
         sample was due, and counting them made the first sample of every run the latest."""
         self._ages = Freshness(self.events, now)
         self._rediscovery = RediscoveryTrigger(self._rediscovery.hotplug, now)
-        self._next_temp = self._next_power = self._next_housekeeping = self._next_ping = now
+        self._temperature_grid = Grid(now, self.settings.temperature_s)
+        self._power_grid = Grid(now, self.settings.power_s)
+        self._housekeeping_grid = Grid(now, HOUSEKEEPING_S)
+        self._next_ping = now
 
     def run(self, stop: threading.Event) -> None:
         if not self.started:
@@ -222,22 +226,22 @@ class ControlLoop:
         # Power first when both are due: read from a meter it costs a fifth of the zones' read
         # (about 40 against 200 us on the simulated Orin Nano), so the temperature sample after it
         # is the less late. An estimate costs about what the zones do, and gains nothing either way.
-        if self.sensors.powers and now >= self._next_power:
-            self.timing.lateness_s.append(self.clock() - self._next_power)
+        if self.sensors.powers and now >= self._power_grid.deadline:
+            self.timing.lateness_s.append(self.clock() - self._power_grid.deadline)
             self._power_sample = self.sensors.sample_powers(now)
             if self._power_sample.watts is not None:
                 self._ages.power = (self._power_sample.watts, now)
                 self._energy.add(self._power_sample.watts, now, self.settings.stale_s)
                 self.forecast.add_power(now, self._power_sample.watts)
-            self._next_power = next_deadline(self._next_power, self.settings.power_s, now)
+            self._power_grid.advance(now)
             sampled = True
-        if now >= self._next_temp:
-            self.timing.lateness_s.append(self.clock() - self._next_temp)
+        if now >= self._temperature_grid.deadline:
+            self.timing.lateness_s.append(self.clock() - self._temperature_grid.deadline)
             self._temp_sample = self.sensors.sample_temperatures(now)
             if self._temp_sample.celsius is not None:
                 self._ages.temperature = (self._temp_sample.celsius, now)
                 self.forecast.add(now, self._temp_sample.celsius)
-            self._next_temp = next_deadline(self._next_temp, self.settings.temperature_s, now)
+            self._temperature_grid.advance(now)
             sampled = True
         if sampled:
             self._sampled_at = now
@@ -248,16 +252,16 @@ class ControlLoop:
                 self.ready.set()
         # After the samples, so that re-discovery (milliseconds) never makes one late.
         self._maybe_rediscover(now)
-        if now >= self._next_housekeeping:
+        if now >= self._housekeeping_grid.deadline:
             self._housekeeping()
-            self._next_housekeeping = next_deadline(self._next_housekeeping, HOUSEKEEPING_S, now)
+            self._housekeeping_grid.advance(now)
         interval = self.notifier.watchdog_interval_s
         if interval is not None and now >= self._next_ping:
             self.notifier.watchdog()
             self._next_ping = now + interval
-        wake = min(self._next_temp, self._next_housekeeping)
+        wake = min(self._temperature_grid.deadline, self._housekeeping_grid.deadline)
         if self.sensors.powers:
-            wake = min(wake, self._next_power)
+            wake = min(wake, self._power_grid.deadline)
         if interval is not None:
             wake = min(wake, self._next_ping)
         return wake
@@ -273,19 +277,11 @@ class ControlLoop:
             self._state = "paused"
         else:
             self._floor.check(self.actuators.controls.values(), readings, s.params, now)
-            verdict, changes = self.policy.decide(
-                s.policy,
-                s.governor,
-                s.adaptive,
-                readings,
-                self._ages.temperature,
-                now,
-                self.actuators,
-            )
+            verdict, changes = self.policy.decide(readings, now, self.actuators)
             if changes:
                 written = self.clock()
             self._clocks.wrote(changes)
-            batch = self._batch.step(s.governor, verdict, s.models)
+            batch = self._batch.step(s.governing, verdict, s.models)
             if changes or batch:
                 self._report(verdict, changes, batch, readings)
             self._state = governor_state(
@@ -333,8 +329,8 @@ class ControlLoop:
             )
         plan, estimator = self.sensors.power_plan, self.sensors.estimator
         full_load_w = estimator.full_load_w if estimator and plan.source == "estimate" else None
-        self.policy.update_levels(self.actuators.controls, full_load_w)
-        if self.power_map is not None and not self._power_map_loaded and self.policy.levels:
+        self.policy.adopt(self.actuators.controls, full_load_w)
+        if self.power_map is not None and not self._power_map_loaded and self.actuators.controls:
             self._power_map_loaded = True
             if plan.source == "meter":
                 self.policy.seed(self.power_map.load(self._power_fingerprint()), self.clock())
@@ -355,7 +351,7 @@ class ControlLoop:
     def _maybe_rediscover(self, now: float) -> None:
         # A vanished file is looked for on housekeeping ticks only: at every sample, the look
         # over every attribute was a tenth of the idle loop's CPU.
-        gone = now >= self._next_housekeeping and self.sensors.gone
+        gone = now >= self._housekeeping_grid.deadline and self.sensors.gone
         reason = self._rediscovery.reason(now, gone, self.settings.rescan_s)
         if reason is None:
             return
@@ -386,14 +382,14 @@ class ControlLoop:
         ):
             self.sensors = self._discover_sensors()
         self._sync_domains()
-        self.policy.reload(
-            settings.raise_hold_s,
-            settings.adaptive,
-            settings.policy != old.policy or settings.adaptive != old.adaptive,
-        )
+        self.policy.reload(settings.governing)
+        if settings.policy != old.policy and self._power_map_loaded and self.power_map is not None:
+            # A policy taken over at a reload learns from what the board was known to draw.
+            self.policy.seed(self.power_map.saved, now)
         self._batch.reload(settings.models)
         if (old.temperature_s, old.power_s) != (settings.temperature_s, settings.power_s):
-            self._next_temp = self._next_power = now
+            self._temperature_grid = Grid(now, settings.temperature_s)
+            self._power_grid = Grid(now, settings.power_s)
         self._check_governable()
         log.info("control loop settings reloaded")
 
@@ -409,7 +405,9 @@ class ControlLoop:
             and self.sensors.power_plan.source == "meter"
             and self.power_map.due(now)
         ):
-            self.power_map.keep(self._power_fingerprint(), self.policy.learned_peaks(), now)
+            learned = self.policy.learned_w()
+            if learned is not None:
+                self.power_map.keep(self._power_fingerprint(), learned, now)
         if not self._trips_checked:
             self._trips_checked = True
             competitors.warn_about_kernel_trips(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from governors import AdaptivePolicy, GovernorParams, HysteresisGovernor
+from governors import AdaptiveGovernor, AdaptivePolicy, GovernorParams, HysteresisGovernor, Policy
 from mcpd.config import Config, DomainSection
 from sensors.discovery import PowerOptions
+
+POLICIES: Mapping[str, Callable[[GovernorParams, float], Policy[Any]]] = {
+    "hysteresis": HysteresisGovernor,
+    "adaptive": lambda params, _raise_hold_s: AdaptiveGovernor(AdaptivePolicy(params)),
+}
+"""Each `[governor] policy` by name, built from the parameters and the raise hold."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +24,7 @@ class LoopSettings:
     stale_s: float = 1.0
     params: GovernorParams = field(default_factory=GovernorParams)
     policy: str = "hysteresis"
-    """"hysteresis" (the seed rule, `governor`) or "adaptive" (`adaptive`); both run on `params`."""
+    """"hysteresis" (the seed rule) or "adaptive", a name in POLICIES; both run on `params`."""
     raise_hold_s: float = 0.0
     domain_overrides: Mapping[str, DomainSection] = field(default_factory=dict)
     models: Mapping[str, int] = field(default_factory=dict)
@@ -29,12 +36,11 @@ class LoopSettings:
     rescan_s: float = 10.0
     """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
     profile: str = "default"
-    governor: HysteresisGovernor = field(init=False)
-    adaptive: AdaptivePolicy = field(init=False)
+    governing: Policy[Any] = field(init=False)
+    """The policy named by `policy`, with these settings."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "governor", HysteresisGovernor(self.params))
-        object.__setattr__(self, "adaptive", AdaptivePolicy(self.params))
+        object.__setattr__(self, "governing", POLICIES[self.policy](self.params, self.raise_hold_s))
 
     @classmethod
     def from_config(cls, config: Config, profile: str | None = None) -> LoopSettings:
