@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from governors.params import PARAMETER_NAMES, GovernorParams
 from mcpd.listen import tcp_address
 from mcpd.schema import Check, Invalid, build, key_path
+from safefs import NotAFile, open_regular
 from sensors.discovery import PowerOptions
-from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -18,7 +18,7 @@ from typing import Literal, TypedDict
 from mcpd import __version__
 from mcpd.percentiles import DurationSummary
 from mcpd.snapshot import ModelStats, Snapshot, WriteFailure
-from sensors.sysfs import read_text
+from safefs import read_text
 
 GovernorState = Literal[
     "starting",

@@ -24,7 +24,8 @@ from mcpd.sim.energy_model import Jiffies
 from mcpd.sim.faults import Fault
 from mcpd.sim.profiles import PART_NAMES, Profile
 from mcpd.sim.tree import INA3221_UPDATE_S, BoardTree, Inputs
-from sensors.sysfs import parse_int, read_text
+from safefs import read_text
+from sensors.sysfs import parse_int
 
 log = logging.getLogger("mcpd.sim")
 

@@ -20,7 +20,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from mcpd.config import MqttSection
 from mcpd.telemetry.topics import Topics
-from sensors.sysfs import open_regular
+from safefs import open_regular
 
 WINDOW = 20
 """Messages in flight at once (paho's and mosquitto's default Receive Maximum)."""
