@@ -28,6 +28,7 @@ from mcpd.backoff import Backoff
 from mcpd.config import MqttSection
 from mcpd.telemetry import mqtt_client
 from mcpd.telemetry.topics import Topics
+from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -89,7 +90,8 @@ class Link:
         )
         self._handshake_until = self._next_misc = now
         self._refusal = ""
-        self._last_warning = ("", -WARN_EVERY_S)
+        # Only the last line is remembered (limit 1): another failure is warned at once.
+        self._warnings: Repeats[str] = Repeats(WARN_EVERY_S, limit=1)
         self._now = now
         self._spooled = 0
 
@@ -202,11 +204,14 @@ class Link:
     def _failed(self, why: str) -> None:
         delay = self._retry_later()
         line = f"MQTT broker {self.address}: {why}"
-        last_line, last_at = self._last_warning
-        level = logging.DEBUG
-        if line != last_line or self._now - last_at >= WARN_EVERY_S:
-            level, self._last_warning = logging.WARNING, (line, self._now)
-        log.log(level, "%s; retrying in %.1f s (%d messages spooled)", line, delay, self._spooled)
+        quiet = self._warnings.say(line, self._now) is None
+        log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "%s; retrying in %.1f s (%d messages spooled)",
+            line,
+            delay,
+            self._spooled,
+        )
 
     def _drop(self) -> None:
         client, self.client, self.state = self.client, None, "idle"
@@ -224,7 +229,7 @@ class Link:
             return  # paho closes the socket and calls on_disconnect
         self.state = "connected"
         self._backoff.succeeded(self._now)
-        self._last_warning = ("", -WARN_EVERY_S)
+        self._warnings.forget()
         log.info(
             "connected to MQTT broker %s as %s (MQTT %s); %d messages to deliver",
             self.address,
