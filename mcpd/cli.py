@@ -7,9 +7,12 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -44,61 +47,87 @@ def _simulated(cfg: config.Config, root: Path) -> config.Config:
     return dataclasses.replace(cfg, daemon=dataclasses.replace(cfg.daemon, **update))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+class _SimulatedBoard:
+    """`mcpd run --simulate`: the board is built under its root only once the daemon has claimed
+    its folders, runs in a thread of its own, and a temporary root goes when the daemon stops."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        """Raises ValueError for options the simulator cannot take."""
+        from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
+        from mcpd.sim.faults import parse as parse_fault
+
+        self.temporary = args.sim_root is None
+        self.root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-", dir=MEMORY_DIR))
+        self.simulator = Simulator(
+            PROFILES[args.simulate],
+            self.root,
+            speed=args.sim_speed,
+            load=LoadSchedule.parse(args.sim_load),
+            faults=[parse_fault(spec) for spec in args.sim_fault],
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.simulator.build()
+        self._thread = threading.Thread(
+            target=self.simulator.run, args=(self._stop,), name="simulator", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _govern(
+    args: argparse.Namespace, load: Callable[[], config.Config], board: _SimulatedBoard | None
+) -> int:
+    """The daemon, from claiming its folders to its exit status."""
     import asyncio
-    import shutil
-    import tempfile
 
     from mcpd.governor import instance
     from mcpd.governor.daemon import Daemon
-    from mcpd.listen import SocketError, passed_by_systemd
-    from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
-    from mcpd.sim.faults import parse as parse_fault
+    from mcpd.listen import passed_by_systemd
+
+    first = load()
+    # Before anything is touched, the simulated board included (mcpd.governor.instance).
+    with instance.claim(first.daemon, socket_passed=passed_by_systemd()):
+        if board is not None:
+            board.start()
+        if args.log_level is None:
+            logging.getLogger().setLevel(first.daemon.log_level.upper())
+        live = (lambda text: print(text, flush=True)) if args.live else None
+        # Before the daemon's first thread, which inherits it (mcpd.governor.realtime says why).
+        scheduling = realtime.enter()
+        daemon = Daemon(
+            load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
+        )
+        return asyncio.run(daemon.run())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mcpd.governor import instance
+    from mcpd.listen import SocketError
 
     path = args.config or (
         config.DEFAULT_PATH if config.DEFAULT_PATH.exists() and not args.simulate else None
     )
-    sim_root: Path | None = None
-    simulator: Simulator | None = None
-    if args.simulate:
-        sim_root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-", dir=MEMORY_DIR))
-        try:
-            simulator = Simulator(
-                PROFILES[args.simulate],
-                sim_root,
-                speed=args.sim_speed,
-                load=LoadSchedule.parse(args.sim_load),
-                faults=[parse_fault(spec) for spec in args.sim_fault],
-            )
-        except ValueError as exc:
-            print(f"mcpd run: {exc}", file=sys.stderr)
-            return 2
-    stop_sim = threading.Event()
-    sim_thread: threading.Thread | None = None
+    try:
+        board = _SimulatedBoard(args) if args.simulate else None
+    except ValueError as exc:
+        print(f"mcpd run: {exc}", file=sys.stderr)
+        return 2
 
     def load() -> config.Config:
         cfg = config.load(path) if path is not None else config.Config()
-        return _simulated(cfg, sim_root) if sim_root is not None else cfg
+        return _simulated(cfg, board.root) if board is not None else cfg
 
     try:
-        first = load()
-        # Before anything is touched, the simulated board included (mcpd.governor.instance).
-        with instance.claim(first.daemon, socket_passed=passed_by_systemd()):
-            if simulator is not None:
-                simulator.build()
-                sim_thread = threading.Thread(
-                    target=simulator.run, args=(stop_sim,), name="simulator", daemon=True
-                )
-                sim_thread.start()
-            if args.log_level is None:
-                logging.getLogger().setLevel(first.daemon.log_level.upper())
-            live = (lambda text: print(text, flush=True)) if args.live else None
-            # Before the daemon's first thread, which inherits it (mcpd.governor.realtime says why).
-            scheduling = realtime.enter()
-            daemon = Daemon(
-                load, live=live, scheduling=scheduling, follow_log_level=args.log_level is None
-            )
-            return asyncio.run(daemon.run())
+        return _govern(args, load, board)
     except instance.AlreadyRunning as exc:
         print(f"mcpd run: {exc}; this one exits and touches nothing", file=sys.stderr)
         return 1
@@ -106,11 +135,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"mcpd run: {exc}", file=sys.stderr)
         return 1
     finally:
-        stop_sim.set()
-        if sim_thread is not None:
-            sim_thread.join(timeout=5)
-        if sim_root is not None and args.sim_root is None:
-            shutil.rmtree(sim_root, ignore_errors=True)
+        if board is not None:
+            board.stop()
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
