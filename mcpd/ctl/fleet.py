@@ -20,6 +20,8 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
+from mcpd.subcommands import Subcommands
+
 
 @dataclass(frozen=True)
 class Row:
@@ -201,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser = commands.add_parser("fleet", help="live table of every board on an MQTT broker")
     parser.add_argument("--broker", required=True, metavar="HOST[:PORT]")
     parser.add_argument("--prefix", default="mcpd", help="topic prefix (default mcpd)")
@@ -211,4 +213,4 @@ def register(commands: Any) -> None:
     parser.add_argument("--ca-file", help="TLS: trust the broker's certificate from this CA")
     parser.add_argument("--username")
     parser.add_argument("--password-file")
-    parser.set_defaults(func=run)
+    return parser

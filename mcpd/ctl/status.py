@@ -9,6 +9,7 @@ from typing import Any
 
 from mcpd.client import Client
 from mcpd.ctl.common import add_socket, connected, number
+from mcpd.subcommands import Subcommands
 
 
 def _runs_on(model: Mapping[str, Any]) -> str:
@@ -64,8 +65,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser = commands.add_parser("status", help="temperature, power, caps, governor, models")
     add_socket(parser)
     parser.add_argument("--json", action="store_true", help="the whole status document")
-    parser.set_defaults(func=run)
+    return parser

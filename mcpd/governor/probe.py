@@ -3,7 +3,7 @@
 The JSON shape is a stable interface: platform, temperatures [{name, source, celsius|null}],
 powers [{name, source, watts|null}], temperature_c, power_w, power_estimated, domains
 [{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model and power_source. The
-command adds execution_providers, gpu_warning and openvino (cli.cmd_probe: this package never
+command adds execution_providers, gpu_warning and openvino (mcpd.cli.probe: this package never
 imports onnxruntime or openvino).
 """
 
@@ -98,7 +98,7 @@ def format_table(result: dict[str, Any]) -> str:
     note = result["power_source"] + (", estimated" if result["power_estimated"] else "")
     power = "none" if result["power_w"] is None else f"{result['power_w']:.2f} W"
     lines.append(f"power        {power}  ({note})")
-    if "execution_providers" in result:  # added by the command (cli.cmd_probe)
+    if "execution_providers" in result:  # added by the command (mcpd.cli.probe)
         providers = result["execution_providers"]
         named = ", ".join(providers) if providers is not None else "no onnxruntime"
         lines.append(f"providers    {named}")
