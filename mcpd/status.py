@@ -3,9 +3,10 @@
 The document is the payload of `GET /v2/mcpd/status` and the body of each MQTT telemetry message;
 its keys are a stable interface (README, "Status document"). The TypedDicts below are that
 interface, the one place it is written down: the governor builds the document with them, and the
-status endpoint, the telemetry encoder, Home Assistant discovery and the metrics read it through
-them (mypy --strict checks every key). Keys are only ever added. The line is systemd's STATUS= and
-the demo's live output.
+status endpoint, the telemetry encoder and Home Assistant discovery read it through them (mypy
+--strict checks every key); the metrics read it key by key, as they must also read the empty one
+that stands in before the governor's first (mcpd.serving.metrics). Keys are only ever added. The
+line is systemd's STATUS= and the demo's live output.
 """
 
 from __future__ import annotations

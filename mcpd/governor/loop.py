@@ -4,10 +4,10 @@ Temperature is sampled every `temperature_ms` and power every `power_ms`; each t
 samples due then and makes one decision, on the freshest reading of each (the seed rule's one step
 per call with both readings: a reading applied once per decision, never twice in one instant).
 Deadlines advance on fixed grids (work done in between never makes the schedule drift; a late
-wake-up skips the ticks it missed instead of bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
-the governor steps down until it is back. The loop pings systemd's watchdog from its own tick, so a
-hung loop is caught, and it never stops on a sensor fault: vanished files and udev events trigger
-re-discovery.
+wake-up skips the ticks it missed instead of bursting). A temperature older than `stale_ms` (or a
+power meter silent that long) is unknown and the governor steps down until it is back. The loop
+pings systemd's watchdog from its own tick, so a hung loop is caught, and it never stops on a
+sensor fault: vanished files and udev events trigger re-discovery.
 """
 
 from __future__ import annotations

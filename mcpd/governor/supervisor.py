@@ -1,16 +1,18 @@
 """The serving process: started, watched and restarted by the governor.
 
 mcpd's first duty is governing, so everything that runs models or parses clients' requests (the HTTP
-front, the batcher, onnxruntime, RKNN) runs in a child process: a model that segfaults, a client's
-shared memory that raises SIGBUS, an out-of-memory kill each end that process, never the governor.
-The governor:
+front, the batcher, onnxruntime, RKNN, OpenVINO) runs in a child process: a model that segfaults, a
+client's shared memory that raises SIGBUS, an out-of-memory kill each end that process, never the
+governor. The governor:
 
 - holds the listening sockets (the Unix socket and the optional TCP listeners, `[serving] http`
   and `[metrics] listen`) and starts each child with them (mcpd.governor.serving_child), so no
   client is ever refused;
-- restarts it whenever it exits, for any reason (restart_policy): at once if it had served
-  STABLE_S, else after a delay that doubles with each quick exit. Each exit is logged and published as an event; while a crash loop waits, the
-  stand-in (mcpd.governor.standin) answers status and tells everyone else when to retry;
+- restarts it whenever it exits, for any reason (serving_child.restart_policy, on mcpd.backoff):
+  at once after a stable run and after the first quick exit, then after a delay that doubles
+  with each further quick exit. Each exit is logged and published as an event; while a crash
+  loop waits, the stand-in (mcpd.governor.standin) answers status and tells everyone else when
+  to retry;
 - talks to it through mcpd.ipc: batch sizes and its status document in shared memory, the
   configuration, events and model statistics over a socket pair. A configuration is sent until
   the serving process acknowledges it (mcpd.governor.config_delivery); a serving process left

@@ -6,9 +6,9 @@ nothing is kept for Prometheus between scrapes. Each service has a registry of i
 library's global one. Names, units and types follow Prometheus' conventions; docs/metrics.md lists
 every family and why it is named so.
 
-The document is read key by key with a default rather than through mcpd.status's TypedDicts: a
-key the governor does not send (yet: issue 15's `thermal.seconds_to_throttle`, `power_source`,
-`inference.*.joules_per_inference`) is a family without samples, never a failed scrape.
+The document is read key by key with a default rather than through mcpd.status's TypedDicts:
+before the governor's first document an empty one stands in, so that a scrape then gives serving's
+own families and the governor's without samples, never a failed scrape.
 """
 
 from __future__ import annotations

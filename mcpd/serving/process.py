@@ -3,8 +3,8 @@
 Started by mcpd.governor.supervisor with the listening socket, its end of the socket pair and the
 shared block on descriptors given on the command line (the protocol is mcpd.ipc), then the log
 level and ROLE=FD for each TCP listener the governor holds too: `http=FD` where `[serving] http` is
-set, `metrics=FD` where `[metrics] listen` is. It first puts itself
-below the governor (lower_own_priority), waits for the configuration, serves, forwards events and
+set, `metrics=FD` where `[metrics] listen` is. It first puts itself below the governor
+(lower_own_priority), waits for the configuration, serves, forwards events and
 sends its model statistics once a second, applies the configurations the governor sends on reload,
 acknowledging each (a first one it refuses ends it: it has nothing to serve with), and stops on
 SIGTERM (finishing what it has taken) or as soon as the governor's end of the socket pair closes
