@@ -65,7 +65,8 @@ def _simulated(cfg: config.Config, root: Path) -> config.Config:
 
 class _SimulatedBoard:
     """`mcpd run --simulate`: the board is built under its root only once the daemon has claimed
-    its folders, runs in a thread of its own, and a temporary root goes when the daemon stops."""
+    its folders, runs in a thread of its own, and a temporary root goes when the daemon stops (or
+    at once, when the simulator refuses the options)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         """Raises ValueError for options the simulator cannot take."""
@@ -74,13 +75,17 @@ class _SimulatedBoard:
 
         self.temporary = args.sim_root is None
         self.root = Path(args.sim_root or tempfile.mkdtemp(prefix="mcpd-sim-", dir=MEMORY_DIR))
-        self.simulator = Simulator(
-            PROFILES[args.simulate],
-            self.root,
-            speed=args.sim_speed,
-            load=LoadSchedule.parse(args.sim_load),
-            faults=[parse_fault(spec) for spec in args.sim_fault],
-        )
+        try:
+            self.simulator = Simulator(
+                PROFILES[args.simulate],
+                self.root,
+                speed=args.sim_speed,
+                load=LoadSchedule.parse(args.sim_load),
+                faults=[parse_fault(spec) for spec in args.sim_fault],
+            )
+        except ValueError:
+            self._remove_temporary_root()
+            raise
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -95,6 +100,9 @@ class _SimulatedBoard:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._remove_temporary_root()
+
+    def _remove_temporary_root(self) -> None:
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 
