@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mcpd import __version__
-from mcpd.ctl import fleet, infer, models, status, top
+from mcpd.ctl import fleet, infer, ingest, models, status, top
 from mcpd.ctl.common import add_socket
 
 
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_socket(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fleet.register(commands)
+    ingest.register(commands)
     status.register(commands)
     models.register(commands)
     infer.register(commands)
