@@ -114,6 +114,10 @@ class Engine:
 class VictoriaMetrics(Engine):
     name = "victoria-metrics"
 
+    def __init__(self, folder: Path, *, dedup: bool = True) -> None:
+        super().__init__(folder)
+        self.dedup = dedup
+
     @property
     def write_url(self) -> str:
         return self.url + "/api/v1/write"
@@ -128,8 +132,9 @@ class VictoriaMetrics(Engine):
             "-retentionPeriod=100y",
             # One sample per series and millisecond: a sample written twice (an ingest process
             # killed after the store took a request and before it acknowledged it) is stored
-            # once, as docs/ingest.md §2 tells operators to configure it.
-            "-dedup.minScrapeInterval=1ms",
+            # once, as docs/ingest.md §2 tells operators to configure it. Without it, every
+            # sample written is seen, twice if written twice.
+            *(["-dedup.minScrapeInterval=1ms"] if self.dedup else []),
         ]
 
     def flush(self) -> None:
