@@ -49,9 +49,12 @@ class Family(NamedTuple):
     """An info family's labels that carry its information (each row's values after `labels`)."""
 
 
+_SUFFIX = {"gauge": "", "counter": "_total", "info": "_info"}
+
+
 def series_name(family: Family) -> str:
     """The name its samples carry, as the exposition writes it."""
-    return family.name + {"gauge": "", "counter": "_total", "info": "_info"}[family.kind]
+    return family.name + _SUFFIX[family.kind]
 
 
 def _numbered(rows: list[tuple[list[str], Any]]) -> tuple[Row, ...]:

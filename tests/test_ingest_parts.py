@@ -11,7 +11,7 @@ import cramjam
 import pytest
 
 from mcpd.backoff import Backoff
-from mcpd.ctl.ingest_batch import LabelCache, encode, series
+from mcpd.ctl.ingest_batch import Templates, encode
 from mcpd.ctl.ingest_metrics import Counters
 from mcpd.ctl.ingest_samples import Message, NotTelemetry, status, telemetry
 from mcpd.ctl.ingest_topics import NoSharedSubscriptions, board, subscriptions, valid_group
@@ -31,7 +31,10 @@ def message(device: str = "b1", seq: int = 7, ts: float = 1767225600.125, **extr
 
 
 def by_series(m: Message) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(n, tuple(zip(names, values, strict=True))): v for n, names, values, v in m.samples}
+    return {
+        (n, tuple(zip(names, values, strict=True))): v
+        for (n, names, values), v in zip(m.keys, m.values, strict=True)
+    }
 
 
 def decoded(body: bytes) -> WriteRequest:
@@ -80,17 +83,12 @@ def test_what_is_not_telemetry_of_the_topics_board_is_refused(payload: bytes, wh
 
 def test_model_counters_that_are_not_numbers_leave_the_model_out() -> None:
     m = telemetry("b1", message(inference={"demo": {"ready": True, "requests": None}}))
-    assert not [s for s in m.samples if s[0].startswith("mcpd_inference_")]
+    assert not [key for key in m.keys if key[0].startswith("mcpd_inference_")]
 
 
 def test_offline_is_up_0_at_arrival_and_online_says_nothing() -> None:
     down = status("b1", b"offline", now=1000.5)
-    assert down is not None and (down.seq, down.ts_ms, down.samples) == (
-        None,
-        1000500,
-        [down.samples[0]],
-    )
-    assert down.samples[0] == ("up", (), (), 0.0)
+    assert down == Message("b1", None, 1000500, [("up", (), ())], [0.0])
     assert status("b1", b"online", now=1000.5) is None
 
 
@@ -122,22 +120,32 @@ def test_shared_by_a_group_where_granted_else_refused_with_the_partitioning() ->
     assert board("mcpd/site-1/b1/events", "mcpd/site-1") is None
 
 
-def test_a_request_has_each_series_once_its_labels_sorted_its_samples_in_time_order() -> None:
+def test_a_request_has_every_series_labels_sorted_samples_in_time_order() -> None:
     late = telemetry("b1", message(seq=8, ts=1767225601.0))
     early = telemetry("b1", message(seq=7, ts=1767225600.0))
     other = telemetry("b2", message(device="b2", seq=1, ts=1767225600.5))
-    request = decoded(encode([late, other, early], LabelCache("fleet")))
-    assert len(request.timeseries) == len(late.samples) + len(other.samples)
+    templates = Templates("fleet")
+    request = decoded(encode([late, other, early], templates))
+    assert len(request.timeseries) == len(late.keys) + len(early.keys) + len(other.keys)
+    stamps: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for timeseries in request.timeseries:
         names = [label.name for label in timeseries.labels]
         assert names == sorted(names) and "__name__" in names
         labels = {label.name: label.value for label in timeseries.labels}
         assert labels["job"] == "fleet" and labels["instance"] in ("b1", "b2")
-        stamps = [s.timestamp for s in timeseries.samples]
-        expected = [1767225600000, 1767225601000] if labels["instance"] == "b1" else [1767225600500]
-        assert stamps == expected
-    grouped = series([late, early])
-    assert all(len(samples) == 2 for samples in grouped.values())
+        stamps.setdefault(tuple(sorted(labels.items())), []).extend(
+            s.timestamp for s in timeseries.samples
+        )
+    for series, times in stamps.items():
+        b1 = dict(series)["instance"] == "b1"
+        assert times == ([1767225600000, 1767225601000] if b1 else [1767225600500])
+    # the same series again is the same template, its values and time set
+    again = telemetry("b1", message(seq=9, ts=1767225602.0, temperature_c=70.5))
+    (only,) = [
+        t for t in decoded(encode([again], templates)).timeseries
+        if {label.value for label in t.labels} == {"mcpd_temperature_celsius", "b1", "fleet"}
+    ]  # fmt: skip
+    assert [(s.value, s.timestamp) for s in only.samples] == [(70.5, 1767225602000)]
 
 
 class Store:
@@ -162,7 +170,7 @@ def writer(store: Store, counters: Counters, waits: list[float], stop_after: int
     return Writer(
         "mcpd",
         store.send,
-        LabelCache("mcpd"),
+        Templates("mcpd"),
         counters,
         wall=lambda: 1000.0,
         monotonic=lambda: 0.0,

@@ -137,9 +137,20 @@ class BrokerSide:
 
         client.on_connect = on_connect
         client.on_disconnect = on_disconnect
-        client.on_message = lambda _c, _u, m: self.deliveries.put(
-            Delivery(m.topic, bytes(m.payload), m.mid, m.qos, number)
-        )
+
+        def on_message(_c: paho.Client, _u: Any, m: paho.MQTTMessage) -> None:
+            delivery = Delivery(m.topic, bytes(m.payload), m.mid, m.qos, number)
+            # The Receive Maximum keeps the queue from filling; should a broker send past it,
+            # waiting here is the backpressure, but never past a stop (unacknowledged, the
+            # message is sent again next time).
+            while not stopping.is_set():
+                try:
+                    self.deliveries.put(delivery, timeout=0.5)
+                    return
+                except queue.Full:
+                    continue
+
+        client.on_message = on_message
         properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.SessionExpiryInterval = SESSION_EXPIRY_S
         properties.ReceiveMaximum = RECEIVE_MAXIMUM

@@ -26,10 +26,10 @@ from mcpd.families import governor_families, model_families, series_name
 from mcpd.snapshot import ModelStats
 
 SCHEMA = 1
-Sample = tuple[str, tuple[str, ...], tuple[str, ...], float]
-"""(series name, label names, label values, value); `instance` and `job` are the writer's."""
-UP: Sample = ("up", (), (), 1.0)
-DOWN: Sample = ("up", (), (), 0.0)
+Key = tuple[str, tuple[str, ...], tuple[str, ...]]
+"""A series of one board: (name, label names, label values); `instance` and `job` are the
+writer's."""
+UP: Key = ("up", (), ())
 
 
 class NotTelemetry(ValueError):
@@ -43,7 +43,11 @@ class Message:
     """None for a status change, which has no number."""
     ts_ms: int
     """Milliseconds since the Unix epoch, remote write's unit."""
-    samples: list[Sample]
+    keys: list[Key]
+    """Its series, in the same order every time for a board whose sensors, domains and models
+    stay (mcpd/ctl/ingest_batch.py keeps each board's last list)."""
+    values: list[float]
+    """One per key."""
 
 
 def _count(value: object) -> bool:
@@ -90,15 +94,16 @@ def telemetry(device: str, payload: bytes) -> Message:
         ]
     except (AttributeError, TypeError, ValueError) as exc:  # a document of the wrong shape
         raise NotTelemetry(f"not a status document ({exc})") from None
-    samples = [UP]
+    keys, numbers = [UP], [1.0]
     for family in families:
         name, labels = series_name(family), family.labels + family.keys
-        samples += [(name, labels, values, value) for values, value in family.rows]
-    return Message(device, seq, round(ts * 1000), samples)
+        keys += [(name, labels, values) for values, _ in family.rows]
+        numbers += [value for _, value in family.rows]
+    return Message(device, seq, round(ts * 1000), keys, numbers)
 
 
 def status(device: str, payload: bytes, now: float) -> Message | None:
     """`up` 0 when a board's status says `offline`, at `now` (a status carries no time)."""
     if payload != b"offline":
         return None  # `online` is followed by telemetry, which says up
-    return Message(device, None, round(now * 1000), [DOWN])
+    return Message(device, None, round(now * 1000), [UP], [0.0])

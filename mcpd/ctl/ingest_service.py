@@ -18,7 +18,7 @@ import threading
 import time
 
 from mcpd.backoff import Backoff
-from mcpd.ctl.ingest_batch import LabelCache
+from mcpd.ctl.ingest_batch import Templates
 from mcpd.ctl.ingest_broker import RECEIVE_MAXIMUM, Access, BrokerSide
 from mcpd.ctl.ingest_metrics import Counters, serve
 from mcpd.ctl.ingest_writer import Delivery, Writer
@@ -66,7 +66,7 @@ class Ingest:
         self.writer = Writer(
             args.prefix,
             self.store.send,
-            LabelCache(args.job),
+            Templates(args.job),
             self.counters,
             wall=time.time,
             monotonic=time.monotonic,

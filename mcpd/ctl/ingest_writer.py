@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from mcpd.backoff import Backoff
 from mcpd.ctl import ingest_samples, ingest_topics
-from mcpd.ctl.ingest_batch import LabelCache, encode
+from mcpd.ctl.ingest_batch import Templates, encode
 from mcpd.ctl.ingest_metrics import Counters
 from mcpd.ctl.ingest_samples import Message, NotTelemetry
 from mcpd.ctl.ingest_window import SeqWindow
@@ -45,7 +45,7 @@ class Writer:
         self,
         prefix: str,
         send: Callable[[bytes], Outcome],
-        labels: LabelCache,
+        templates: Templates,
         counters: Counters,
         *,
         wall: Callable[[], float],
@@ -56,7 +56,7 @@ class Writer:
         """`wait(seconds)` sleeps and says whether to stop (True: stop now)."""
         self.prefix = prefix
         self.send = send
-        self.labels = labels
+        self.templates = templates
         self.counters = counters
         self.window = SeqWindow()
         self.wall = wall
@@ -97,7 +97,7 @@ class Writer:
         if not messages:
             return True
         while True:
-            outcome = self.send(encode(messages, self.labels))
+            outcome = self.send(encode(messages, self.templates))
             if outcome.verdict == "accepted":
                 self.backoff.succeeded(self.monotonic())
                 self._accepted(messages)
@@ -120,5 +120,5 @@ class Writer:
 
     def _accepted(self, messages: list[Message]) -> None:
         self.counters.written += len(messages)
-        self.counters.samples += sum(len(m.samples) for m in messages)
+        self.counters.samples += sum(len(m.values) for m in messages)
         self.counters.lag_s = round(self.wall() - max(m.ts_ms for m in messages) / 1000, 3)
