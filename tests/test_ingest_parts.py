@@ -10,10 +10,12 @@ from typing import Any
 import cramjam
 import pytest
 
+from mcpd import ctl
 from mcpd.backoff import Backoff
 from mcpd.ctl.ingest_batch import Templates, encode
 from mcpd.ctl.ingest_metrics import Counters
 from mcpd.ctl.ingest_samples import Message, NotTelemetry, status, telemetry
+from mcpd.ctl.ingest_service import address
 from mcpd.ctl.ingest_topics import NoSharedSubscriptions, board, subscriptions, valid_group
 from mcpd.ctl.ingest_window import SeqWindow
 from mcpd.ctl.ingest_writer import Delivery, Writer
@@ -217,3 +219,22 @@ def test_a_refused_request_is_split_down_to_the_message_the_store_refuses() -> N
     assert w.write(w.messages(deliveries(1, 2, 3, 4)))
     assert store.requests == [[1000, 2000, 3000, 4000], [1000, 2000], [3000, 4000], [3000], [4000]]
     assert (counters.written, counters.rejected, counters.write_rejections) == (3, 1, 3)
+
+
+def test_addresses_and_what_mcpctl_ingest_refuses_before_it_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert address("broker.lan:1884", 1883) == ("broker.lan", 1884)
+    assert address("broker.lan", 8883) == ("broker.lan", 8883)
+    assert address("[::1]:1884", 1883) == ("::1", 1884)
+    assert address("::1", 1883) == ("::1", 1883)
+    with pytest.raises(ValueError, match="port"):
+        address("broker.lan:x", 1883)
+    common = ["ingest", "--broker", "127.0.0.1:1", "--remote-write"]
+    for argv, why in (
+        ([*common, "ftp://store"], "is not an http(s) URL"),
+        ([*common, "http://store", "--group", "a/b"], "may not hold"),
+        ([*common, "http://store", "--metrics-listen", "127.0.0.1:99999"], "port"),
+    ):
+        assert ctl.main(argv) == 2
+        assert why in capsys.readouterr().err

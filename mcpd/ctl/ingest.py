@@ -26,7 +26,6 @@ from mcpd.ctl.ingest_topics import valid_group
 
 
 def run(args: argparse.Namespace) -> int:
-    logs.setup("info", os.environ, sys.stderr)
     if args.group is not None and not valid_group(args.group):
         print(
             f"mcpctl ingest: --group {args.group!r} may not hold '/', '+' or '#'", file=sys.stderr
@@ -42,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mcpctl ingest: {exc}", file=sys.stderr)
         return 2
+    logs.setup("info", os.environ, sys.stderr)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: ingest.stopping.set())
     logging.getLogger("mcpctl.ingest").info(

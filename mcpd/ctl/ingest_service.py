@@ -47,6 +47,7 @@ class Ingest:
         self.counters = Counters()
         self.deliveries: queue.Queue[Delivery] = queue.Queue(RECEIVE_MAXIMUM)
         default_port = 8883 if args.ca_file else 1883
+        self.metrics = address(args.metrics_listen, 9102) if args.metrics_listen else None
         jitter = random.Random()
         self.store = RemoteWrite(args.remote_write)
         self.broker = BrokerSide(
@@ -75,10 +76,7 @@ class Ingest:
         )
 
     def run(self) -> int:
-        if self.args.metrics_listen:
-            server, _ = serve(self.counters, *address(self.args.metrics_listen, 9102))
-        else:
-            server = None
+        server = None if self.metrics is None else serve(self.counters, *self.metrics)[0]
         broker = threading.Thread(target=self.broker.run, args=(self.stopping,), name="broker")
         broker.start()
         try:
