@@ -308,8 +308,11 @@ def test_nothing_is_acknowledged_before_the_store_took_it_and_nothing_is_written
 
 
 def test_a_replica_down_behind_vmagent_misses_nothing(tmp_path: Path) -> None:
-    """ingest -> vmagent -> two VictoriaMetrics; one is killed for 3 s while boards publish and
-    started again: vmagent's queue holds what it missed, and both end up with every message."""
+    """ingest -> vmagent -> two VictoriaMetrics; one is stopped for 3 s while boards publish and
+    started again: vmagent's queue holds what it missed, and both end up with every message.
+    3 s rather than issue 29's 10 s to keep the suite short: 10 s behaves the same (run once the
+    same way, 2026-12-05: 130 of 130 messages a board on both, the returning one complete 2.5 s
+    after the last was published)."""
     since = time.time() - 1
     with (
         Mosquitto(tmp_path / "broker") as broker,
