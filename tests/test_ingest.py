@@ -295,6 +295,28 @@ def test_two_in_a_shared_group_one_killed_and_restarted_write_every_message_once
     assert after_restart["mcpd_ingest_messages_received_total"] >= 10
 
 
+def test_mqtt_3_1_1_keeps_its_session_across_a_kill_too(tmp_path: Path) -> None:
+    """For brokers without MQTT 5 (RabbitMQ 3.10, NATS 2.9): Clean Session 0 keeps what was
+    published while the process was away, and what it had not acknowledged."""
+    since = time.time() - 1
+    with (
+        Mosquitto(tmp_path / "broker") as broker,
+        VictoriaMetrics(tmp_path / "vm") as vm,
+        ingesting(broker, vm.write_url, tmp_path, "ingest-1", "--protocol", "3.1.1") as ingest,
+    ):
+        boards = Boards(broker, ["b1", "b2"])
+
+        def break_it(round: int) -> None:
+            if round == 5:
+                assert ingest.kill() == -signal.SIGKILL
+            if round == 10:
+                ingest.start()
+
+        boards.publish(rounds=11, period_s=0.05, during=break_it)
+        boards.close()
+        assert wait_for_all(vm, boards, since) == expected(boards)
+
+
 def test_nothing_is_acknowledged_before_the_store_took_it_and_nothing_is_written_twice(
     tmp_path: Path,
 ) -> None:

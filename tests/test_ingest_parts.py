@@ -234,6 +234,7 @@ def test_addresses_and_what_mcpctl_ingest_refuses_before_it_starts(
     for argv, why in (
         ([*common, "ftp://store"], "is not an http(s) URL"),
         ([*common, "http://store", "--group", "a/b"], "may not hold"),
+        ([*common, "http://store", "--group", "g", "--protocol", "3.1.1"], "3.1.1 has no shared"),
         ([*common, "http://store", "--metrics-listen", "127.0.0.1:99999"], "port"),
     ):
         assert ctl.main(argv) == 2

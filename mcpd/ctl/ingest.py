@@ -1,4 +1,4 @@
-"""`mcpctl ingest`: every board's telemetry into a time-series store, through Prometheus remote write.
+"""`mcpctl ingest`: every board's telemetry into a time-series store, by Prometheus remote write.
 
 A long-running consumer (packaging/systemd/mcpd-ingest@.service runs it): it subscribes to the
 fleet's telemetry and status on the broker, turns each message into the series of the board's own
@@ -29,6 +29,14 @@ def run(args: argparse.Namespace) -> int:
     if args.group is not None and not valid_group(args.group):
         print(
             f"mcpctl ingest: --group {args.group!r} may not hold '/', '+' or '#'", file=sys.stderr
+        )
+        return 2
+    if args.group is not None and args.protocol != "5":
+        print(
+            "mcpctl ingest: MQTT 3.1.1 has no shared subscriptions (RabbitMQ and NATS grant "
+            "$share/... and deliver nothing): run one per site prefix (--prefix mcpd/site-N), "
+            "without --group",
+            file=sys.stderr,
         )
         return 2
     try:
@@ -77,6 +85,12 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--job", default="mcpd", help="the `job` label of every series (default mcpd)"
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=["5", "3.1.1"],
+        default="5",
+        help="MQTT version (default 5; 3.1.1 for brokers without 5: no --group then)",
     )
     parser.add_argument("--ca-file", help="TLS: trust the broker's certificate from this CA")
     parser.add_argument("--username")

@@ -57,6 +57,10 @@ class Access:
     username: str | None = None
     password_file: str | None = None
     ca_file: str | None = None
+    protocol: str = "5"
+    """"5", or "3.1.1" for a broker without MQTT 5 (RabbitMQ 3.10, NATS 2.9): a session kept
+    for as long as the broker keeps it, the broker's own in-flight window instead of the Receive
+    Maximum, and no shared subscriptions."""
 
 
 class BrokerSide:
@@ -110,7 +114,8 @@ class BrokerSide:
 
     def _session(self, host: str, port: int, number: int, stopping: threading.Event) -> bool:
         """One connection, until it closes: True if it was up (the broker took the session)."""
-        client = self._new_client()
+        v5 = self.access.protocol == "5"
+        client = self._new_client(v5)
         up, closed = threading.Event(), threading.Event()
 
         def on_connect(c: paho.Client, _u: Any, _f: Any, reason: ReasonCode, props: Any) -> None:
@@ -118,8 +123,8 @@ class BrokerSide:
                 log.warning("%s:%d refused the connection: %s", host, port, reason.getName())
                 closed.set()
                 return
-            # MQTT 5 §3.2.2.3.14: absent means available.
-            shared = getattr(props, "SharedSubscriptionAvailable", 1) != 0
+            # MQTT 5 §3.2.2.3.14: absent means available; MQTT 3.1.1 has none.
+            shared = v5 and getattr(props, "SharedSubscriptionAvailable", 1) != 0
             try:
                 topics = subscriptions(self.prefix, self.group, shared)
             except NoSharedSubscriptions as exc:
@@ -151,11 +156,14 @@ class BrokerSide:
                     continue
 
         client.on_message = on_message
-        properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-        properties.SessionExpiryInterval = SESSION_EXPIRY_S
-        properties.ReceiveMaximum = RECEIVE_MAXIMUM
         try:
-            client.connect(host, port, KEEPALIVE_S, clean_start=False, properties=properties)
+            if v5:
+                properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+                properties.SessionExpiryInterval = SESSION_EXPIRY_S
+                properties.ReceiveMaximum = RECEIVE_MAXIMUM
+                client.connect(host, port, KEEPALIVE_S, clean_start=False, properties=properties)
+            else:
+                client.connect(host, port, KEEPALIVE_S)
         except (OSError, ValueError, ssl.SSLError) as exc:
             log.warning("cannot connect to %s:%d: %s", host, port, exc)
             return False
@@ -170,11 +178,12 @@ class BrokerSide:
         client.loop_stop()
         return up.is_set()
 
-    def _new_client(self) -> paho.Client:
+    def _new_client(self, v5: bool) -> paho.Client:
         client = paho.Client(
             CallbackAPIVersion.VERSION2,
             client_id=self.access.client_id,
-            protocol=paho.MQTTv5,
+            protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+            clean_session=None if v5 else False,  # 3.1.1's persistent session
             reconnect_on_failure=False,
             manual_ack=True,
         )

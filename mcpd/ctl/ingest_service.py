@@ -57,6 +57,7 @@ class Ingest:
                 args.username,
                 args.password_file,
                 args.ca_file,
+                args.protocol,
             ),
             args.prefix,
             args.group,

@@ -6,10 +6,11 @@ says in its CONNACK (pure: no client, no I/O):
 - where the broker grants shared subscriptions (MQTT 5 §4.8.2; its CONNACK's "Shared Subscription
   Available" absent or 1), every member of a group subscribes to `$share/<group>/<prefix>/+/…` and
   the broker hands each message to one member;
-- where it does not (ejabberd, RabbitMQ, NATS: docs/ingest.md §3), each process takes a part of
-  the fleet by the site level of the topic prefix: one ingest per `--prefix mcpd/site-N` (a board's
-  `topic_prefix`), so no message is written by two of them and none by none. A `--group` on such a
-  broker is refused rather than turned into N processes that each write everything.
+- where it does not (ejabberd; any MQTT 3.1.1 broker, so RabbitMQ and NATS: docs/ingest.md §3),
+  each process takes a part of the fleet by the site level of the topic prefix: one ingest per
+  `--prefix mcpd/site-N` (a board's `topic_prefix`), so no message is written by two of them and
+  none by none. A `--group` on such a broker is refused rather than turned into N processes that
+  each write everything.
 """
 
 from __future__ import annotations
