@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.group is not None and args.protocol != "5":
         print(
-            "mcpctl ingest: MQTT 3.1.1 has no shared subscriptions (RabbitMQ and NATS grant "
-            "$share/... and deliver nothing): run one per site prefix (--prefix mcpd/site-N), "
-            "without --group",
+            "mcpctl ingest: MQTT 3.1.1 has no shared subscriptions (a $share/... there is "
+            "the broker's own extension, or a topic like any other): run one per site prefix "
+            "(--prefix mcpd/site-N), without --group",
             file=sys.stderr,
         )
         return 2
