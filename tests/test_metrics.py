@@ -13,7 +13,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcpd.serving.metrics import GOVERNOR_STATES, Exposition
+from mcpd.families import GOVERNOR_STATES
+from mcpd.serving.metrics import Exposition
 from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import ModelStats, Statistics
 from mcpd.status import GovernorState

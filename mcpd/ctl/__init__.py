@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from mcpd import __version__
-from mcpd.ctl import fleet, infer, models, status, top
+from mcpd.ctl import fleet, infer, ingest, models, status, top
 from mcpd.ctl.common import add_socket
 from mcpd.subcommands import Command, add_commands
 
-COMMANDS: tuple[Command, ...] = (fleet, status, models, infer, top)
+COMMANDS: tuple[Command, ...] = (fleet, ingest, status, models, infer, top)
 
 
 def build_parser() -> argparse.ArgumentParser:
