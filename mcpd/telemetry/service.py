@@ -78,9 +78,8 @@ class TelemetryService:
         publisher.start()
         self._publisher = publisher
         log.info(
-            "MQTT telemetry to %s:%d every %d ms on %s/…",
-            mqtt.host,
-            mqtt.port,
+            "MQTT telemetry to %s every %d ms on %s/…",
+            ", ".join(map(str, mqtt.addresses())),
             mqtt.telemetry_ms,
             publisher.topics.base,
         )
