@@ -371,6 +371,7 @@ class MqttSection:
     homeassistant_discovery: bool = False
     homeassistant_prefix: TopicPrefix = "homeassistant"
     commands_enabled: bool = False
+    heartbeat_s: Annotated[int, Check(ge=1, le=86_400)] = 30
 
     def __post_init__(self) -> None:
         if self.brokers and (self.host is not None or self.port is not None):

@@ -14,6 +14,7 @@ import pytest
 from mcpd.brokers import Broker, order, parse
 from mcpd.config import ConfigError
 from mcpd.config import parse as parse_config
+from mcpd.ctl.status import format_status
 from mcpd.telemetry.link import Link
 from mcpd.telemetry.topics import Topics
 from tests.mqtt_broker import (
@@ -69,6 +70,9 @@ def test_a_broker_list_beside_host_or_port_and_each_malformed_entry_are_named() 
     assert problems({"brokers": ["bad_host:1"]}) == [
         "mqtt: brokers[0]: 'bad_host:1': 'bad_host' is not a host name or an IP address"
     ]
+    assert problems({"heartbeat_s": 0}) == [
+        "mqtt.heartbeat_s: expected greater than or equal to 1, got 0"
+    ]
 
 
 def test_each_board_has_an_order_of_its_own_and_a_fleet_spreads_over_the_list() -> None:
@@ -109,6 +113,18 @@ def test_the_link_tries_the_next_broker_of_its_order_at_each_attempt(tmp_path: P
     assert tried == mine + mine
 
 
+def test_mcpctl_status_says_which_broker_telemetry_goes_to_and_since_when() -> None:
+    def lines(mqtt: object) -> list[str]:
+        return [line for line in format_status({"mqtt": mqtt}).splitlines() if "mqtt" in line]
+
+    since = 1767225600.5
+    assert lines({"broker": "n2.lan:1883", "since": since}) == [
+        "mqtt         n2.lan:1883 since 2026-01-01T00:00:00+00:00"
+    ]
+    assert lines({"broker": None, "since": None}) == ["mqtt         not connected (spooling)"]
+    assert lines(None) == []  # MQTT off
+
+
 def wait_until(condition: Any, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -128,12 +144,18 @@ def test_a_board_moves_to_the_next_broker_when_its_own_goes_and_loses_nothing(
     ):
         by_port = {a.port: a, b.port: b}
         mqtt = settings(a, brokers=[f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"])
-        first = order(mqtt.addresses(), "b1")[0]
+        first, second = order(mqtt.addresses(), "b1")
         (on_first, on_second) = (on_a, on_b) if first.port == a.port else (on_b, on_a)
-        with publishing(mqtt, tmp_path / "board"):
+        with publishing(mqtt, tmp_path / "board") as publisher:
             on_first.wait_for("mcpd/b1/telemetry", 3)
+            assert publisher.connection["broker"] == str(first)
+            since = publisher.connection["since"]
+            assert since is not None and abs(since - time.time()) < 10
             by_port[first.port].stop()
             on_second.wait_for("mcpd/b1/telemetry", 3)
+            assert publisher.connection["broker"] == str(second)
+            moved = publisher.connection["since"]
+            assert moved is not None and moved > since
     seqs = [m.json()["seq"] for m in on_first.messages + on_second.messages]
     assert sorted(seqs) == list(range(seqs[0], seqs[0] + len(seqs)))  # no gap, no duplicate
 

@@ -149,9 +149,12 @@ def refusal(reason: ReasonCode) -> str:
     return f"{name} ({hint})" if hint else name
 
 
-def publish_properties(expiry_s: int | None) -> Properties:
+def publish_properties(
+    expiry_s: int | None, content_type: str | None = "application/json"
+) -> Properties:
     properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    properties.ContentType = "application/json"
+    if content_type is not None:
+        properties.ContentType = content_type
     if expiry_s:
         properties.MessageExpiryInterval = expiry_s
     return properties
