@@ -362,7 +362,7 @@ def recording(broker: Endpoint, *topics: str, **options: Any) -> Iterator[Record
         recorder.close()
 
 
-def settings(broker: Mosquitto, **overrides: Any) -> MqttSection:
+def settings(broker: Endpoint, **overrides: Any) -> MqttSection:
     """[mqtt] for a test: this broker, 5 Hz telemetry, retries every second at most."""
     values: dict[str, Any] = {
         "enabled": True,

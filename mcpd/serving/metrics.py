@@ -84,6 +84,11 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
     """What the governor knows: sensors, caps, its state, the batch sizes it sets."""
     power = document.get("power_w")
     estimated = document.get("power_estimated") or document.get("power_source") == "estimate"
+    if "platform" in document:
+        board = InfoMetricFamily(PREFIX + "board", "The board: mcpd's platform and its model.")
+        platform, model = document["platform"], document.get("model")
+        board.add_metric([], {"platform": str(platform), "model": _label(model)})
+        yield board
     yield _gauge(
         "temperature_celsius",
         "Governing temperature (the hottest SoC/CPU sensor).",
