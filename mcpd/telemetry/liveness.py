@@ -6,7 +6,7 @@ expiry: it stays). The repetition is for the case the Will does not cover: a bro
 takes its boards' sessions and their Wills with it (seen on ejabberd 23.01; reported for EMQX in
 emqx/emqx#1667), so a board lost together with its node would read `online` forever; its status now
 expires by itself, and the broker no longer hands it to a new subscriber. MQTT 3.1.1 has no expiry:
-readers judge by the last time they heard from a board (README, "Liveness").
+readers judge by the last time they heard from a board (README, "Brokers and liveness").
 """
 
 from __future__ import annotations
