@@ -13,31 +13,12 @@ import pytest
 
 from mcpd.ctl import main
 from tests.engines import VictoriaMetrics, missing
+from tests.fleet_series import board_series
 from tests.mqtt_broker import Mosquitto, mosquitto_binary, publishing, recording, settings
 
 pytestmark = pytest.mark.skipif(
     missing("victoria-metrics") is not None, reason=missing("victoria-metrics") or ""
 )
-
-
-def board(device: str, at: float, celsius: float, requests: tuple[int, int]) -> str:
-    """One board's series as `mcpctl ingest` writes them, its last sample `at` (Unix time)."""
-    ms = round(at * 1000)
-    earlier = ms - 10_000
-    states = "".join(
-        f'mcpd_governor_state{{device="{device}",state="{state}"}} {int(state == "lowering")} {ms}\n'
-        for state in ("holding", "lowering", "raising")
-    )
-    return (
-        f'mcpd_temperature_celsius{{device="{device}"}} {celsius} {ms}\n'
-        f'mcpd_power_watts{{device="{device}",estimated="false"}} 9.5 {ms}\n'
-        f'mcpd_domain_cap_hertz{{device="{device}",domain="policy0",kind="cpufreq"}} 1200000000 {ms}\n'
-        f'mcpd_domain_cap_hertz{{device="{device}",domain="fb000000.gpu",kind="devfreq"}} 600000000 {ms}\n'
-        f'mcpd_board_info{{device="{device}",platform="rk3588",model="Radxa ROCK 5B"}} 1 {ms}\n'
-        f'mcpd_inference_requests_total{{device="{device}",model="m"}} {requests[0]} {earlier}\n'
-        f'mcpd_inference_requests_total{{device="{device}",model="m"}} {requests[1]} {ms}\n'
-        f"{states}"
-    )
 
 
 def snapshot(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, dict[str, Any]]:
@@ -51,9 +32,9 @@ def store(tmp_path: Path) -> Any:
         now = time.time()
         # The store answers for whole seconds: a sample of this very second is not seen yet.
         vm.import_prometheus(
-            board("hot", now - 2, 88.5, (100, 350))
-            + board("cool", now - 2, 41.0, (0, 0))
-            + board("gone", now - 20, 60.0, (5, 5))
+            board_series("hot", now - 2, 88.5, (100, 350))
+            + board_series("cool", now - 2, 41.0, (0, 0))
+            + board_series("gone", now - 20, 60.0, (5, 5))
         )
         yield vm
 
@@ -77,6 +58,10 @@ def test_the_table_from_the_store(
     assert rows["cool"]["requests_per_s"] == 0.0
     # Not heard from for 3 x heartbeat_s: offline, though nothing said so.
     assert (rows["gone"]["online"], rows["gone"]["last_seen_s"] >= 19) == (False, True)
+    # The store picks the hottest: the others are never asked for.
+    hottest = snapshot(capsys, "--from", store.url, "--heartbeat", "1", "--top", "2")
+    assert list(hottest) == ["hot", "gone"]
+    assert {**hottest["hot"], "last_seen_s": None} == {**hot, "last_seen_s": None}
 
 
 @pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")

@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
         while args.count == 0 or shown < args.count:
             time.sleep(args.interval)
             if args.source:
-                for device, (at, body) in fleet_store.read(args.source).items():
+                for device, (at, body) in fleet_store.read(args.source, args.top).items():
                     view.measured(device, at, body)
-            rows = view.rows(time.time())
+            rows = view.rows(time.time())[: args.top or None]
             if args.json:
                 snapshot = {"ts": round(time.time(), 3), "devices": [asdict(r) for r in rows]}
                 print(json.dumps(snapshot), flush=True)
@@ -145,6 +145,13 @@ def register(commands: Any) -> None:
         f"(default {MqttSection.heartbeat_s})",
     )
     parser.add_argument("--protocol", choices=("5", "3.1.1"), default="5", help="MQTT version")
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the N hottest boards (with --from, the store picks them: topk)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON snapshot per line")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between redraws")
     parser.add_argument("--count", type=int, default=0, help="stop after N snapshots (0: never)")

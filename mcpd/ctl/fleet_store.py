@@ -4,7 +4,9 @@ A fleet's telemetry at 1 Hz is a message per board per second (1 338 bytes each:
 million boards), more than one reader can follow; a store that ingests it (`mcpctl ingest`, into
 VictoriaMetrics or Prometheus) answers the table in a few instant queries of the Prometheus HTTP API
 (`GET /api/v1/query`, https://prometheus.io/docs/prometheus/latest/querying/api/), which both
-speak. The series are the board's own /metrics names (docs/metrics.md), labelled by `device`.
+speak. The series are the board's own /metrics names (docs/metrics.md), labelled by `device`. A
+table of every board moves the work to the store (16 s a refresh at 50 000 boards on two cores,
+BENCHMARKS.md); `--top N` has the store pick the N hottest (`topk`) and asks only for them.
 
 Each query is plain PromQL, so one URL serves for either store. VictoriaMetrics hides the last 30 s
 of samples from queries unless started with `-search.latencyOffset=0s` (its default delays them
@@ -15,6 +17,7 @@ default) has no sample at the query's time and drops out of the store's part of 
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,16 +28,20 @@ DEVICE = "device"
 TIMEOUT_S = 10.0
 HERTZ_PER_MHZ = 1e6
 
-SEEN = f"max by ({DEVICE}) (timestamp(mcpd_governor_state))"
+# Each query's {only} is empty, or a matcher of the boards asked for (`--top`).
+SEEN = f"max by ({DEVICE}) (timestamp(mcpd_governor_state{{only}}))"
 """When each board's last sample was taken: every board has the governor's state series."""
-TEMPERATURE = "mcpd_temperature_celsius"
-POWER = "mcpd_power_watts"
-CAPS = "mcpd_domain_cap_hertz"
-GOVERNOR = "mcpd_governor_state == 1"
-REQUESTS = f"sum by ({DEVICE}) (rate(mcpd_inference_requests_total[1m]))"
+TEMPERATURE = "mcpd_temperature_celsius{only}"
+POWER = "mcpd_power_watts{only}"
+CAPS = "mcpd_domain_cap_hertz{only}"
+GOVERNOR = "mcpd_governor_state{only} == 1"
+REQUESTS = f"sum by ({DEVICE}) (rate(mcpd_inference_requests_total{{only}}[1m]))"
 """Requests per second over the last minute, every model together (the telemetry's
 `requests_per_s` is since the previous message)."""
-BOARD = "mcpd_board_info"
+BOARD = "mcpd_board_info{only}"
+HOTTEST = "topk({top}, mcpd_temperature_celsius)"
+_DEVICE_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+"""What `[mqtt] device_id` may be (mcpd.config), and so safe in a regular expression as it is."""
 
 Sample = tuple[dict[str, str], float]
 
@@ -75,16 +82,33 @@ def _said(error: urllib.error.HTTPError) -> str:
         return str(error.reason)
 
 
-def read(url: str, timeout: float = TIMEOUT_S) -> dict[str, tuple[float, dict[str, Any]]]:
-    """device -> (Unix time of its last sample, its numbers shaped as a telemetry message)."""
+def read(
+    url: str, top: int = 0, timeout: float = TIMEOUT_S
+) -> dict[str, tuple[float, dict[str, Any]]]:
+    """device -> (Unix time of its last sample, its numbers shaped as a telemetry message); with
+    `top`, for the `top` hottest boards only, which the store picks (topk), so that a refresh
+    costs the reader as much for a million boards as for `top`."""
     _checked(url)
-    seen = {labels[DEVICE]: at for labels, at in query(url, SEEN, timeout) if DEVICE in labels}
+    only = ""
+    if top:
+        hottest = [
+            labels.get(DEVICE, "") for labels, _ in query(url, HOTTEST.format(top=top), timeout)
+        ]
+        named = [device for device in hottest if _DEVICE_ID.match(device)]
+        if not named:
+            return {}
+        only = f'{{{DEVICE}=~"{"|".join(named)}"}}'
+
+    def ask(promql: str) -> list[Sample]:
+        return query(url, promql.format(only=only), timeout)
+
+    seen = {labels[DEVICE]: at for labels, at in ask(SEEN) if DEVICE in labels}
     bodies: dict[str, dict[str, Any]] = {device: {"domains": {}} for device in seen}
 
     def each(promql: str) -> list[tuple[dict[str, Any], dict[str, str], float]]:
         return [
             (bodies[labels[DEVICE]], labels, value)
-            for labels, value in query(url, promql, timeout)
+            for labels, value in ask(promql)
             if labels.get(DEVICE) in bodies
         ]
 
