@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from governors.params import PARAMETER_NAMES, GovernorParams
+from mcpd.brokers import DEFAULT_PORT, Broker
+from mcpd.brokers import parse as parse_broker
 from mcpd.listen import tcp_address
 from mcpd.schema import Check, Invalid, build, key_path
 from safefs import NotAFile, open_regular
@@ -349,8 +351,10 @@ TopicPrefix = Annotated[str, Check(pattern=r"^[^#+/\x00]+(/[^#+/\x00]+)*$", max_
 @dataclass(frozen=True)
 class MqttSection:
     enabled: bool = False
-    host: str = "localhost"
-    port: Annotated[int, Check(ge=1, le=65535)] = 1883
+    # One broker (host, port: localhost:1883 when neither is set), or `brokers`, never both.
+    host: str | None = None
+    port: Annotated[int, Check(ge=1, le=65535)] | None = None
+    brokers: tuple[str, ...] = ()
     protocol: Literal["5", "3.1.1"] = "5"
     # One topic level that Home Assistant also accepts in its object ids.
     device_id: Annotated[str, Check(pattern=r"^[A-Za-z0-9_-]*$", max_length=64)] = ""
@@ -367,13 +371,28 @@ class MqttSection:
     homeassistant_discovery: bool = False
     homeassistant_prefix: TopicPrefix = "homeassistant"
     commands_enabled: bool = False
+    heartbeat_s: Annotated[int, Check(ge=1, le=86_400)] = 30
 
     def __post_init__(self) -> None:
+        if self.brokers and (self.host is not None or self.port is not None):
+            raise ValueError("brokers and host/port are both set: list every broker in brokers")
+        for index, text in enumerate(self.brokers):
+            try:
+                parse_broker(text)
+            except ValueError as exc:
+                raise ValueError(f"brokers[{index}]: {exc}") from None
         # MQTT 3.1.1 has no password without a user name (MQTT-3.1.2-22).
         if self.password_file and not self.username:
             raise ValueError("password_file needs a username")
         if self.tls.key_file and not self.tls.cert_file:
             raise ValueError("tls.key_file needs a tls.cert_file")
+
+    def addresses(self) -> tuple[Broker, ...]:
+        """The brokers, as configured: `brokers`, else `host`/`port` as a list of one."""
+        if self.brokers:
+            return tuple(parse_broker(text) for text in self.brokers)
+        port = DEFAULT_PORT if self.port is None else self.port
+        return (Broker(self.host or "localhost", port),)
 
 
 @dataclass(frozen=True)

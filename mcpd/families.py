@@ -96,6 +96,14 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Family]:
     """What the governor knows: sensors, caps, its state, the batch sizes it sets."""
     power = document.get("power_w")
     estimated = document.get("power_estimated") or document.get("power_source") == "estimate"
+    if "platform" in document:
+        yield _info(
+            "board",
+            "The board: mcpd's platform and its model.",
+            [],
+            ("platform", "model"),
+            [[str(document["platform"]), _label(document.get("model"))]],
+        )
     yield _gauge(
         "temperature_celsius",
         "Governing temperature (the hottest SoC/CPU sensor).",

@@ -143,6 +143,14 @@ class LoopDoc(TypedDict):
     sample_to_write: DurationSummary | None
 
 
+class MqttDoc(TypedDict):
+    broker: str | None
+    """HOST:PORT of the broker the board is connected to (one of `[mqtt] brokers`); None while it
+    is not connected."""
+    since: float | None
+    """Unix time of that connection (its CONNACK); None while not connected."""
+
+
 class StatusDocument(TypedDict):
     ts: float
     platform: str
@@ -162,6 +170,8 @@ class StatusDocument(TypedDict):
     daemon: DaemonDoc
     serving: ServingDoc
     loop: LoopDoc
+    mqtt: MqttDoc | None
+    """The telemetry's connection; None when `[mqtt] enabled` is false."""
 
 
 class DaemonStats:
@@ -239,6 +249,7 @@ def document(
     loop: LoopDoc,
     serving: ServingDoc,
     joules: Mapping[str, float | None] | None = None,
+    mqtt: MqttDoc | None = None,
 ) -> StatusDocument:
     last = snapshot.last_action
     return {
@@ -281,6 +292,7 @@ def document(
         "daemon": daemon,
         "serving": serving,
         "loop": loop,
+        "mqtt": mqtt,
     }
 
 

@@ -69,6 +69,7 @@ def status_document() -> StatusDocument:
             "config_error": None,
         },
         "loop": {"sample_lateness": None, "sample_to_write": None},
+        "mqtt": {"broker": "broker-2.lan:1883", "since": 0.5},
     }
 
 

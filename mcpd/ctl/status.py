@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from mcpd.client import Client
@@ -20,6 +21,17 @@ def _runs_on(model: Mapping[str, Any]) -> str:
     return str(model.get("provider") or "-")
 
 
+def _mqtt(doc: Mapping[str, Any]) -> list[str]:
+    """Which broker telemetry goes to and since when; nothing when MQTT is off."""
+    mqtt = doc.get("mqtt")
+    if not mqtt:
+        return []
+    if not mqtt.get("broker"):
+        return ["mqtt         not connected (spooling)"]
+    since = datetime.fromtimestamp(mqtt["since"], timezone.utc).isoformat(timespec="seconds")
+    return [f"mqtt         {mqtt['broker']} since {since}"]
+
+
 def format_status(doc: Mapping[str, Any]) -> str:
     power = "no meter" if doc.get("power_w") is None else number(doc["power_w"], " W", 2)
     estimated = " (estimated)" if doc.get("power_estimated") else ""
@@ -31,6 +43,7 @@ def format_status(doc: Mapping[str, Any]) -> str:
         f"power        {power}{estimated}",
         f"governor     {governor.get('state', '-')}"
         + (f"  (last: {last['action']}, {last['reason']})" if last else ""),
+        *_mqtt(doc),
         "",
         f"{'domain':<18} {'kind':<10} {'cap MHz':>9} {'cur MHz':>9} {'range MHz':>15}",
     ]

@@ -116,7 +116,8 @@ class Daemon:
             self.config, self.status, lambda: self.loop.batch_sizes, self.events
         )
         services.append(self.serving)
-        services.append(TelemetryService(self.config, self.status, self.events, self.command))
+        self.telemetry = TelemetryService(self.config, self.status, self.events, self.command)
+        services.append(self.telemetry)
         return services
 
     # -- what services see -----------------------------------------------------------------------
@@ -145,6 +146,7 @@ class Daemon:
             self.loop.timing.summary(),
             self.serving.info(),
             joules,
+            self.telemetry.info(),
         )
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
