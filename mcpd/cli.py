@@ -12,11 +12,14 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpd import __version__, config, logs, optimize
 from mcpd.governor import domains, realtime
 from mcpd.governor.baseline import Baseline, baseline_folders
+
+if TYPE_CHECKING:
+    from mcpd.sim.topology import Topology
 
 log = logging.getLogger("mcpd")
 
@@ -69,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 speed=args.sim_speed,
                 load=LoadSchedule.parse(args.sim_load),
                 faults=[parse_fault(spec) for spec in args.sim_fault],
+                topology=_topology(args.sim_topology),
             )
         except ValueError as exc:
             print(f"mcpd run: {exc}", file=sys.stderr)
@@ -229,6 +233,13 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _topology(choice: str) -> Topology | None:
+    """The simulated board's CPU topology: its profile's ("profile") or this machine's ("host")."""
+    from mcpd.sim.topology import host
+
+    return host() if choice == "host" else None
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from mcpd.sim import PROFILES, Ambient, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
@@ -246,6 +257,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             faults=faults,
             seed=args.seed,
             ambient=Ambient(args.ambient),
+            topology=_topology(args.topology),
         )
         simulator.build()
     except ValueError as exc:
@@ -261,6 +273,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     )
     simulator.run(stop, args.step_ms / 1000)
     return 0
+
+
+_TOPOLOGY_CHOICE: dict[str, Any] = {
+    "choices": ["profile", "host"],
+    "default": "profile",
+    "help": "the board's CPU topology: the profile's, or this machine's (so that the placement "
+    "plan names CPUs this machine has)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--sim-fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]]"
     )
+    run.add_argument("--sim-topology", **_TOPOLOGY_CHOICE)
     run.add_argument("--live", action="store_true", help="print a status line every second")
     run.set_defaults(func=cmd_run, default_level="info")
 
@@ -340,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]], repeatable"
     )
     sim.add_argument("--ambient", type=float, default=25.0, help="air temperature, °C (default 25)")
+    sim.add_argument("--topology", **_TOPOLOGY_CHOICE)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--step-ms", type=float, default=50.0)
     sim.set_defaults(func=cmd_sim, default_level="info")
