@@ -137,6 +137,8 @@ def test_probe_command_json(tmp_path: Path, profile: str) -> None:
         "execution_providers",
         "gpu_warning",
         "openvino",  # tests/test_openvino_daemon.py checks it
+        "cpus",  # tests/test_placement_daemon.py checks them
+        "placement",
     }
     assert result["execution_providers"] == onnxruntime.get_available_providers()
     gpu = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}

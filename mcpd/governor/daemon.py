@@ -33,10 +33,13 @@ from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
 from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.supervisor import ServingSupervisor
+from mcpd.placement.plan import Planner
 from mcpd.snapshot import ModelStats, Snapshot
+from mcpd.status import PlacementDoc
 from mcpd.telemetry import TelemetryService
 from mcpd.telemetry.commands import COMMANDS
 from sensors.hotplug import HotplugMonitor
+from sensors.topology import CpuTopology
 
 log = logging.getLogger("mcpd")
 
@@ -84,6 +87,14 @@ class Daemon:
         self.events = EventBus()
         self.root = Path(self.config.daemon.sysfs_root)
         self.board = board.detect(self.root)
+        # Before the governor places itself: what it may use is where serving's unplaced work runs.
+        self.planner = Planner(
+            CpuTopology.from_sysfs(self.root), frozenset(os.sched_getaffinity(0))
+        )
+        self._placed: tuple[config.Config, PlacementDoc] = (
+            self.config,
+            self.planner(self.config).doc(),
+        )
         self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root, self.board)
         hotplug = HotplugMonitor.start() if self.root == Path("/") else None
         self._started = time.monotonic()
@@ -113,7 +124,10 @@ class Daemon:
         # Services plug in here. Each gets the config and whichever of status (the JSON status
         # document), batch sizes (self.loop.batch_size) and the event bus it needs.
         self.serving = ServingSupervisor(
-            self.config, self.status, lambda: self.loop.batch_sizes, self.events
+            self.config,
+            self.status,
+            lambda: self.loop.batch_sizes,
+            self.events,
         )
         services.append(self.serving)
         services.append(TelemetryService(self.config, self.status, self.events, self.command))
@@ -145,7 +159,16 @@ class Daemon:
             self.loop.timing.summary(),
             self.serving.info(),
             joules,
+            placement=self.placement(),
         )
+
+    def placement(self) -> PlacementDoc:
+        """The placement plan of the configuration in force (made again after a reload only)."""
+        made_for, doc = self._placed
+        if made_for is not self.config:
+            doc = self.planner(self.config).doc()
+            self._placed = (self.config, doc)
+        return doc
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Allow-listed runtime commands (called on the telemetry thread): pause or resume the
