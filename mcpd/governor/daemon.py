@@ -33,7 +33,8 @@ from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
 from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.supervisor import ServingSupervisor
-from mcpd.placement.plan import Planner
+from mcpd.placement import affinity
+from mcpd.placement.plan import ModelPlacement, Placement, Planner
 from mcpd.snapshot import ModelStats, Snapshot
 from mcpd.status import PlacementDoc
 from mcpd.telemetry import TelemetryService
@@ -45,6 +46,7 @@ log = logging.getLogger("mcpd")
 
 READY_TIMEOUT_S = 30.0
 RESTART_ONLY = (
+    "placement",
     "sysfs_root",
     "state_dir",
     "runtime_dir",
@@ -128,6 +130,7 @@ class Daemon:
             self.status,
             lambda: self.loop.batch_sizes,
             self.events,
+            placement=lambda config: self.planner(config).doc(),
         )
         services.append(self.serving)
         services.append(TelemetryService(self.config, self.status, self.events, self.command))
@@ -224,6 +227,7 @@ class Daemon:
             target=self._govern, args=(stop_loop, loop), name="control-loop", daemon=True
         )
         code = 0
+        self._place()
         try:
             # The first touch of the hardware, inside the try whose finally restores the caps; and
             # the first samples before the services start, so that the first status document they
@@ -250,6 +254,22 @@ class Daemon:
             self._restore()
             self.notifier.close()
         return code
+
+    def _place(self) -> None:
+        """The governor on its CPU, before the control loop's thread and the services' (they
+        inherit it); the plan said once, with what of it is skipped here."""
+        plan = self.planner(self.config)
+        log.info("placement: %s", plan.note)
+        parts: dict[str, Placement | ModelPlacement] = {
+            "the governor": plan.governor,
+            "serving's loop": plan.serving_loop,
+        }
+        parts.update({f"model {name}": model for name, model in plan.models.items()})
+        for what, part in parts.items():
+            if part.skipped is not None and plan.mode == "auto":
+                log.warning("placement: %s not placed: %s", what, part.skipped)
+        if plan.governor.skipped is None:
+            affinity.pin(plan.governor.cpus, "the governor")
 
     def _govern(self, stop: threading.Event, main: asyncio.AbstractEventLoop) -> None:
         """The control loop's thread. Its end wakes the main task, which has no timer to look for
