@@ -187,3 +187,15 @@ def test_mcpctl_status_shows_the_plan_and_each_models_cpus(tmp_path: Path) -> No
     assert " 4-7 x4 (skipped) " in rows["m0"] and " 0-1 x2 " in rows["m1"]
     off = plan.make(models({}, placement="off"), board(tmp_path, "rk3588"), {0, 1})
     assert "placement    placement is off" in format_status({"placement": off.doc()})
+
+
+def test_a_cpuset_with_only_the_second_threads_of_some_cores(tmp_path: Path) -> None:
+    """A cpuset of the i7's CPUs 1 and 3 (P-cores' second threads) and the E-cores: the models
+    get those two threads, each its core's first usable one."""
+    simulator = Simulator(PROFILES["x86-intel-hybrid"], tmp_path / "board")
+    simulator.build()
+    usable = {1, 3, *range(12, 20)}
+    topology = CpuTopology.from_sysfs(simulator.root, usable)
+    made = plan.make(models({}), topology, usable)
+    assert made.models["m0"].thread_cpus == (1, 3) and made.models["m0"].skipped is None
+    assert made.governor.cpus == (12,)

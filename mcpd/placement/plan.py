@@ -204,15 +204,18 @@ def _by_number(cpus: list[Cpu]) -> dict[int, Cpu]:
 
 
 def _models_cores(fast: list[Cpu], governor: Cpu) -> list[int]:
-    """The fast physical cores (each named by its first thread), the governor's left out while
-    others remain, on the NUMA node that has the most of them (the lowest-numbered on a tie)."""
-    cores = sorted({cpu.core for cpu in fast})
-    if len(cores) > 1 and governor.core in cores:
-        cores.remove(governor.core)
-    node_of = {cpu.number: cpu.node for cpu in fast}
-    counts = {node: sum(node_of[core] == node for core in cores) for node in set(node_of.values())}
+    """The fast physical cores, each named by its first usable thread, the governor's left out
+    while others remain, on the NUMA node that has the most of them (the lowest on a tie)."""
+    first: dict[int, Cpu] = {}
+    for cpu in fast:  # by number: a core's first usable thread comes first
+        first.setdefault(cpu.core, cpu)
+    if len(first) > 1:
+        first.pop(governor.core, None)
+    counts: dict[int | None, int] = {}
+    for cpu in first.values():
+        counts[cpu.node] = counts.get(cpu.node, 0) + 1
     node = min(counts, key=lambda n: (-counts[n], -1 if n is None else n))
-    return [core for core in cores if node_of[core] == node]
+    return sorted(cpu.number for cpu in first.values() if cpu.node == node)
 
 
 def _spread(cpus: Iterable[int], by_number: Mapping[int, Cpu]) -> list[int]:
@@ -255,7 +258,8 @@ def _share(
             placed[request.name] = _threads(cpus, request.threads, by_number, configured=True)
         else:
             cores = slices[shared.index(request)]
-            members = sorted({m for core in cores for m in by_number[core].siblings})
+            siblings = {m for core in cores for m in by_number[core].siblings}
+            members = sorted(m for m in siblings if m in by_number)  # usable ones only
             placed[request.name] = _threads(members, request.threads or len(cores), by_number)
     return placed
 
