@@ -20,6 +20,7 @@ from mcpd.brokers import parse as parse_broker
 from mcpd.listen import tcp_address
 from mcpd.schema import Check, Invalid, build, key_path
 from safefs import NotAFile, open_regular
+from sensors import cpulist
 from sensors.discovery import PowerOptions
 
 if sys.version_info >= (3, 11):
@@ -71,6 +72,7 @@ class DaemonSection:
     body_timeout_ms: Timeout = 30_000
     send_timeout_ms: Timeout = 10_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    placement: Literal["auto", "off"] = "auto"
 
 
 def _loopback_unless_allowed(
@@ -268,6 +270,8 @@ class OpenVinoOptions:
 
 
 BatchSize = Annotated[int, Check(ge=1, le=4096)]
+CpuList = Annotated[str, Check(pattern=r"([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?", max_length=1024)]
+"""CPUs in the kernel's list format ("4-7", "0,2,4-5"; sensors/cpulist.py); "" for none."""
 
 EXTENSIONS = {".onnx": "onnxruntime", ".ort": "onnxruntime", ".rknn": "rknn", ".xml": "openvino"}
 """The backend that serves a model file by its extension, where `backend = "auto"`."""
@@ -290,8 +294,14 @@ class ModelSection:
     optimize: Literal["off", "auto", "fp32", "bf16", "fp16", "int8", "int4"] = "off"
     min_cosine: Annotated[float, Check(ge=0, le=1)] = 0.98
     calibration: str = ""
+    # Where its threads run, instead of the placement plan's share of the fastest cores.
+    cpus: CpuList = ""
 
     def __post_init__(self) -> None:
+        if self.cpus and cpulist.parse(self.cpus) is None:
+            raise ValueError(
+                f"cpus = {self.cpus!r}: a range runs backwards or past CPU {cpulist.MAX_CPU}"
+            )
         too_big = [size for size in self.preferred_batch_sizes if size > self.max_batch]
         if too_big:
             raise ValueError(f"preferred_batch_sizes {too_big} exceed max_batch {self.max_batch}")

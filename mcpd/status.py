@@ -138,6 +138,50 @@ class ServingDoc(TypedDict):
     serving refused it); None when it does."""
 
 
+class CpusDoc(TypedDict):
+    """Where the placement plan puts a process or a thread group (mcpd/placement/plan.py)."""
+
+    cpus: str
+    """A CPU list ("4-7"); "" where nothing is placed and the scheduler chooses."""
+    skipped: str | None
+    """Why it is not applied (CPUs this machine does not have, placement off); None when it is."""
+
+
+class ModelPlacementDoc(CpusDoc):
+    threads: int
+    """The model's CPU threads (onnxruntime's intra-op threads, OpenVINO's inference threads);
+    0 where the runtime chooses."""
+    thread_cpus: list[int]
+    """Thread i runs on thread_cpus[i]: the first is the model's worker thread, which runs each
+    batch (onnxruntime counts it as one of its intra-op threads)."""
+    configured: bool
+    """Its CPUs are `[[models]] cpus`, not the plan's."""
+    core_type: str | None
+    """"core" (P-cores) or "atom" (E-cores) where all its CPUs are of one kind of an Intel hybrid
+    part (OpenVINO's SCHEDULING_CORE_TYPE follows it); None elsewhere."""
+    smt: bool
+    """Two of its threads share a physical core (more threads than cores asked for)."""
+
+
+class PlacementDoc(TypedDict):
+    mode: Literal["auto", "off"]
+    """`[daemon] placement`."""
+    usable: str
+    """The CPUs mcpd may use here (its affinity at start: a cpuset or `taskset` narrows it); what
+    is not placed runs on them."""
+    ranked_by: str
+    """What tells fast CPUs from efficient ones here: "cpu_capacity", "core type", "max
+    frequency", or "nothing" (every CPU alike)."""
+    governor: CpusDoc
+    serving_loop: CpusDoc
+    """The serving process's event loop (and the threads it starts but the models')."""
+    models_cpus: CpusDoc
+    """The CPUs models without `cpus` of their own share out, one thread per physical core."""
+    models: dict[str, ModelPlacementDoc]
+    note: str
+    """The plan in one sentence."""
+
+
 class LoopDoc(TypedDict):
     sample_lateness: DurationSummary | None
     sample_to_write: DurationSummary | None
@@ -172,6 +216,7 @@ class StatusDocument(TypedDict):
     loop: LoopDoc
     mqtt: MqttDoc | None
     """The telemetry's connection; None when `[mqtt] enabled` is false."""
+    placement: PlacementDoc
 
 
 class DaemonStats:
@@ -250,6 +295,8 @@ def document(
     serving: ServingDoc,
     joules: Mapping[str, float | None] | None = None,
     mqtt: MqttDoc | None = None,
+    *,
+    placement: PlacementDoc,
 ) -> StatusDocument:
     last = snapshot.last_action
     return {
@@ -293,6 +340,7 @@ def document(
         "serving": serving,
         "loop": loop,
         "mqtt": mqtt,
+        "placement": placement,
     }
 
 

@@ -32,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"mcpd probe: sysfs root {root}: no such directory", file=sys.stderr)
         return 1
     s = cfg.sensors
-    result = probe(root, s.governing_temperatures, s.governing_powers, power=s.power_options())
+    result = probe(
+        root, s.governing_temperatures, s.governing_powers, power=s.power_options(), config=cfg
+    )
     result.update(_execution_providers(result["platform"]))
     result["openvino"] = _openvino_devices()
     print(json.dumps(result, indent=2) if args.json else format_table(result))

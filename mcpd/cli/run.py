@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpd import config
-from mcpd.cli.common import add_config
+from mcpd.cli.common import add_config, add_topology, topology
 from mcpd.governor import realtime
 from mcpd.subcommands import Subcommands
 
@@ -44,6 +44,7 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser.add_argument(
         "--sim-fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]]"
     )
+    add_topology(parser, "--sim-topology")
     parser.add_argument("--live", action="store_true", help="print a status line every second")
     parser.set_defaults(default_level="info")
     return parser
@@ -82,6 +83,7 @@ class _SimulatedBoard:
                 speed=args.sim_speed,
                 load=LoadSchedule.parse(args.sim_load),
                 faults=[parse_fault(spec) for spec in args.sim_fault],
+                topology=topology(args.sim_topology),
             )
         except ValueError:
             self._remove_temporary_root()

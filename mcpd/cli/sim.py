@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from mcpd.cli.common import add_topology, topology
 from mcpd.subcommands import Subcommands
 
 log = logging.getLogger("mcpd")
@@ -35,6 +36,7 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser.add_argument(
         "--ambient", type=float, default=25.0, help="air temperature, °C (default 25)"
     )
+    add_topology(parser, "--topology")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-ms", type=float, default=50.0)
     parser.set_defaults(default_level="info")
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             faults=faults,
             seed=args.seed,
             ambient=Ambient(args.ambient),
+            topology=topology(args.topology),
         )
         simulator.build()
     except ValueError as exc:

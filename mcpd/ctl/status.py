@@ -32,6 +32,36 @@ def _mqtt(doc: Mapping[str, Any]) -> list[str]:
     return [f"mqtt         {mqtt['broker']} since {since}"]
 
 
+def _placement(plan: Mapping[str, Any] | None) -> list[str]:
+    """`placement  governor 0, serving loop 1, models 4-7 (ranked by cpu_capacity)`, and a line
+    for each part skipped."""
+    if not plan:
+        return []
+    if plan.get("mode") == "off" or not plan["governor"]["cpus"]:
+        return [f"placement    {plan.get('note', '-')}"]
+    parts = {
+        "governor": plan["governor"],
+        "serving loop": plan["serving_loop"],
+        "models": plan["models_cpus"],
+    }
+    lines = [
+        "placement    "
+        + ", ".join(f"{name} {part['cpus']}" for name, part in parts.items())
+        + f" (ranked by {plan.get('ranked_by')})"
+    ]
+    skipped = {name: part["skipped"] for name, part in parts.items() if part["skipped"]}
+    lines += [f"  {name} not placed: {why}" for name, why in skipped.items()]
+    return lines
+
+
+def _model_cpus(placement: Mapping[str, Any] | None) -> str:
+    """`4-7 x4`: the model's threads' CPUs and their count; `-` where the runtime places them."""
+    if not placement or not placement.get("cpus"):
+        return "-"
+    skipped = " (skipped)" if placement.get("skipped") else ""
+    return f"{placement['cpus']} x{placement['threads']}{skipped}"
+
+
 def format_status(doc: Mapping[str, Any]) -> str:
     power = "no meter" if doc.get("power_w") is None else number(doc["power_w"], " W", 2)
     estimated = " (estimated)" if doc.get("power_estimated") else ""
@@ -44,6 +74,7 @@ def format_status(doc: Mapping[str, Any]) -> str:
         f"governor     {governor.get('state', '-')}"
         + (f"  (last: {last['action']}, {last['reason']})" if last else ""),
         *_mqtt(doc),
+        *_placement(doc.get("placement")),
         "",
         f"{'domain':<18} {'kind':<10} {'cap MHz':>9} {'cur MHz':>9} {'range MHz':>15}",
     ]
@@ -56,17 +87,19 @@ def format_status(doc: Mapping[str, Any]) -> str:
     inference = doc.get("inference") or {}
     if inference:
         batch = doc.get("batch") or {}
+        placed = (doc.get("placement") or {}).get("models") or {}
         lines += [
             "",
             f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
-            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  runs on",
+            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  {'cpus':<12} runs on",
         ]
         for name, m in inference.items():
             lines.append(
                 f"{name:<18} {'yes' if m.get('ready') else 'no':<6} {batch.get(name, '-'):>5} "
                 f"{m.get('requests', 0):>9} {m.get('errors', 0):>7} "
                 f"{number(m.get('p50_ms'), '', 2):>8} {number(m.get('p99_ms'), '', 2):>8} "
-                f"{m.get('queue_depth', 0):>6}  {_runs_on(m)}"
+                f"{m.get('queue_depth', 0):>6}  {_model_cpus(placed.get(name)):<12} "
+                f"{_runs_on(m)}"
             )
     return "\n".join(lines)
 

@@ -46,7 +46,7 @@ from mcpd.governor.serving_child import ServingChild, ServingSockets, restart_po
 from mcpd.governor.serving_reports import ServingReports
 from mcpd.governor.standin import StandIn
 from mcpd.snapshot import ModelStats
-from mcpd.status import ExitDoc, ServingDoc, ServingState, StatusDocument
+from mcpd.status import ExitDoc, PlacementDoc, ServingDoc, ServingState, StatusDocument
 
 log = logging.getLogger("mcpd.governor.supervisor")
 
@@ -66,9 +66,12 @@ class ServingSupervisor:
         batch_sizes: Callable[[], Mapping[str, int]],
         events: EventBus,
         *,
+        placement: Callable[[Config], PlacementDoc],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`placement`: the placement plan for a configuration, sent with it."""
         self.config = config
+        self._placement = placement
         self._status = status
         self.events = events
         self.clock = clock
@@ -242,7 +245,8 @@ class ServingSupervisor:
         log.info("serving process %d started", self._child.pid)
 
     def _send_config(self) -> None:
-        self._delivery.send(self.config, self._block.slots, self._channel, self.clock())
+        placement = self._placement(self.config)
+        self._delivery.send(self.config, self._block.slots, placement, self._channel, self.clock())
 
     def _config_settled(self, error: str | None) -> None:
         self._changed = True
