@@ -91,14 +91,14 @@ def format_status(doc: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"{'model':<18} {'ready':<6} {'batch':>5} {'requests':>9} {'errors':>7} "
-            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  {'cpus':<12} runs on",
+            f"{'p50 ms':>8} {'p99 ms':>8} {'queue':>6}  {'cpus':<16} runs on",
         ]
         for name, m in inference.items():
             lines.append(
                 f"{name:<18} {'yes' if m.get('ready') else 'no':<6} {batch.get(name, '-'):>5} "
                 f"{m.get('requests', 0):>9} {m.get('errors', 0):>7} "
                 f"{number(m.get('p50_ms'), '', 2):>8} {number(m.get('p99_ms'), '', 2):>8} "
-                f"{m.get('queue_depth', 0):>6}  {_model_cpus(placed.get(name)):<12} "
+                f"{m.get('queue_depth', 0):>6}  {_model_cpus(placed.get(name)):<16} "
                 f"{_runs_on(m)}"
             )
     return "\n".join(lines)

@@ -7,11 +7,13 @@ CPU unless each device-tree CPU node has a capacity-dmips-mhz); the x86 kernels 
 predate it there; cluster_cpus_list came in Linux 5.16 and core_cpus_list in 5.3, so the older
 BSP kernels have neither and the reader falls back to cpufreq's related_cpus and
 thread_siblings_list. `host` stands this machine's own topology in for a profile's, so that a
-plan made on a simulated board names CPUs this machine has.
+plan made on a simulated board names CPUs this process may run on: the CPUs outside its affinity
+(a cpuset, taskset, a CI runner's container) are left out, as a real board's plan leaves them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -59,8 +61,21 @@ def uniform(cpus: Iterable[int], capacity: bool) -> Topology:
 
 
 def host() -> Topology:
-    """This machine's topology, as its own sysfs shows it."""
-    found = CpuTopology.from_sysfs("/")
+    """This machine's topology, as its own sysfs shows it, narrowed to the CPUs this process may
+    run on."""
+    whole = CpuTopology.from_sysfs("/")
+    found = dataclasses.replace(
+        whole,
+        cpus=tuple(
+            dataclasses.replace(
+                cpu,
+                cluster=cpu.cluster & whole.usable,
+                siblings=cpu.siblings & whole.usable,
+            )
+            for cpu in whole.cpus
+            if cpu.number in whole.usable
+        ),
+    )
     capacities = tuple(cpu.capacity for cpu in found.cpus)
     nodes: dict[int, list[int]] = {}
     for cpu in found.cpus:
