@@ -13,7 +13,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mcpd.cli import main
 from mcpd.optimize.interface import OptimizeError, TensorSpec
-from mcpd.optimize.measure import classification_shaped, compare, cosine, latencies_ms
+from mcpd.optimize.measure import (
+    classification_shaped,
+    compare,
+    cosine,
+    latencies_ms,
+    side_by_side_ms,
+)
 from mcpd.optimize.samples import Preprocess, split
 from mcpd.optimize.sensitivity import rank
 from tests import optimize_models as models
@@ -279,6 +285,16 @@ def test_latencies_are_medians_of_interleaved_runs(tmp_path: Path) -> None:
     assert result == [1000.0, 1000.0]
     # The deadline, 5 rounds × 2 models × 2 readings, then one budget check that stops it.
     assert next(ticks) == 1 + 5 * 2 * 2 + 1
+
+
+def test_side_by_side_rounds_rotate_so_no_model_always_runs_after_the_same_one() -> None:
+    # Run in a fixed order, the model after onnxruntime's FP32 was timed 8-11 % slower than the
+    # same bf16 IR run third (bench/optimize.py's ddddocr finalists, a quiet machine).
+    order: list[str] = []
+    runners = [lambda _, name=name: order.append(name) for name in "abc"]
+    side_by_side_ms(runners, {}, rounds=6, budget_s=60.0)
+    rounds = [order[i : i + 3] for i in range(6, len(order), 3)]  # after two warm-ups each
+    assert rounds == [list("abc"), list("bca"), list("cab")] * 2
 
 
 def test_benchmark_sessions_take_config_entries_and_an_optimization_level(tmp_path: Path) -> None:
