@@ -39,7 +39,10 @@ def models(count: int) -> dict[str, ModelStats]:
             recorder.succeeded(
                 300_000 * (1 + k % 60), Timing(50_000 * (k % 30), 20_000, 200_000, 10_000)
             )
-        stats[f"model{index}"] = ModelStats(True, 200, 0, statistics=recorder.snapshot())
+        statistics = recorder.snapshot()
+        stats[f"model{index}"] = ModelStats(
+            True, 200, 0, statistics=statistics, latency=statistics.latency
+        )
     return stats
 
 

@@ -1,11 +1,11 @@
 """The metric families mcpd exports from a status document: names, units, labels and values.
 
 One mapping for both ways they reach a store: the board's `GET /metrics` (mcpd/serving/metrics.py
-renders these with prometheus_client and adds the latency histograms, which only the serving
-process has) and `mcpctl ingest` (mcpd/ctl/ingest_samples.py), which writes them from each
-telemetry message through Prometheus remote write. So a dashboard reads the same series on both
-paths. Names, units and types follow Prometheus' conventions; docs/metrics.md lists every family
-and why it is named so.
+renders these with prometheus_client, the latency histograms from the serving process's live
+ones) and `mcpctl ingest` (mcpd/ctl/ingest_samples.py), which writes them from each telemetry
+message through Prometheus remote write (the histograms from the document's `latency`). So a
+dashboard reads the same series on both paths. Names, units and types follow Prometheus'
+conventions; docs/metrics.md lists every family and why it is named so.
 
 Pure: a document in, families out. The document is read key by key with a default rather than
 through mcpd.status's TypedDicts: a key the sender does not send (an older board's telemetry, a
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, NamedTuple, get_args
 
-from mcpd.snapshot import ModelStats
+from mcpd.snapshot import LATENCY_BUCKETS_S, ModelStats
 from mcpd.status import GovernorState
 
 PREFIX = "mcpd_"
@@ -29,7 +29,18 @@ BACKEND_LABELS = ("backend", "provider", "device", "precision", "capabilities")
 """mcpd_model_backend_info's labels besides `model`, from the loaded backend's detail; empty
 where the backend has no such thing (a provider is onnxruntime's, a device OpenVINO's)."""
 
-Kind = Literal["gauge", "counter", "info"]
+LATENCIES = (
+    ("request", "time from arrival to answer."),
+    ("queue", "time in the model's queue, until their batch was taken."),
+    ("compute", "batch's compute time: joining inputs, running the model, splitting outputs."),
+)
+"""The latency histograms by phase (mcpd.serving.statistics records them); a model's
+ModelStats.latency has those its sender has."""
+BOUNDS = (*map(repr, LATENCY_BUCKETS_S), "+Inf")
+"""Each bucket's `le` label, as Prometheus writes floats (Go's shortest form, which repr is for
+these: prometheus_client's floatToGoString gives the same, tests/test_metrics.py)."""
+
+Kind = Literal["gauge", "counter", "info", "histogram"]
 Row = tuple[tuple[str, ...], float]
 """A sample: its label values (in the family's label order, then its keys) and its value."""
 
@@ -46,15 +57,29 @@ class Family(NamedTuple):
     labels: tuple[str, ...]
     rows: tuple[Row, ...]
     keys: tuple[str, ...] = ()
-    """An info family's labels that carry its information (each row's values after `labels`)."""
+    """An info family's labels that carry its information, a histogram's `le` (each row's values
+    after `labels`)."""
+    sums: tuple[Row, ...] = ()
+    """A histogram's sum of observations per series (its rows are the cumulative buckets)."""
 
 
-_SUFFIX = {"gauge": "", "counter": "_total", "info": "_info"}
+_SUFFIX = {"gauge": "", "counter": "_total", "info": "_info", "histogram": "_bucket"}
 
 
 def series_name(family: Family) -> str:
-    """The name its samples carry, as the exposition writes it."""
+    """The name its rows' samples carry, as the exposition writes it."""
     return family.name + _SUFFIX[family.kind]
+
+
+def series(family: Family) -> Iterator[tuple[str, tuple[str, ...], tuple[Row, ...]]]:
+    """Its samples as a store holds them: (series name, label names, rows); a histogram's are its
+    buckets, then `_sum` and `_count` (the +Inf bucket), as the exposition writes them."""
+    yield series_name(family), family.labels + family.keys, family.rows
+    if family.kind == "histogram":
+        yield family.name + "_sum", family.labels, family.sums
+        top = BOUNDS[-1]
+        counts = tuple((values[:-1], n) for values, n in family.rows if values[-1] == top)
+        yield family.name + "_count", family.labels, counts
 
 
 def _numbered(rows: list[tuple[list[str], Any]]) -> tuple[Row, ...]:
@@ -222,8 +247,9 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Family]:
 def model_families(
     document: Mapping[str, Any], stats: Mapping[str, ModelStats]
 ) -> Iterator[Family]:
-    """What is known of each model besides its latency histograms: `stats` are the serving
-    process's live ones on the board, or those a telemetry message carries."""
+    """What is known of each model: `stats` are the serving process's live ones on the board, or
+    those a telemetry message carries (fewer: no backend detail, no Triton counts, two of the
+    three latency histograms)."""
     inference = document.get("inference", {})
     yield _gauge(
         "model_ready",
@@ -283,3 +309,19 @@ def model_families(
         ["model"],
         [([m], fields.get("joules_per_inference")) for m, fields in inference.items()],
     )
+    for phase, help in LATENCIES:
+        histograms = {m: s.latency[phase] for m, s in stats.items() if phase in s.latency}
+        yield Family(
+            f"{PREFIX}inference_{phase}_duration_seconds",
+            "histogram",
+            f"Successful requests' {help}",
+            "seconds",
+            ("model",),
+            tuple(
+                ((m, le), float(n))
+                for m, h in histograms.items()
+                for le, n in zip(BOUNDS, h.buckets, strict=True)
+            ),
+            ("le",),
+            tuple(((m,), h.sum_s) for m, h in histograms.items()),
+        )

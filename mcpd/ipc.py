@@ -25,7 +25,9 @@ Two channels, each chosen for what crosses it:
                          ReadyMessage       listening, models loading
                          EventMessage       one of its events (a model loaded, a load failed)
                          StatsMessage       its models' statistics, once a second (`statistics`
-                                            is null: Triton's counts stay in the serving process)
+                                            is null: Triton's counts stay in the serving process;
+                                            of the latency histograms, those the status document
+                                            carries)
   What arrives is decoded (decode) against the TypedDict its kind names: a message that is not
   exactly that is refused whole, with an error that names what is wrong, and never reaches the
   receiver, so that a serving process taken over by a client cannot make the governor act on, or
@@ -45,6 +47,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypedDict, cast
 
 from mcpd.config import MAX_MODELS
+from mcpd.latency_doc import LatencyDoc, histograms, latency_doc
 from mcpd.shapes import mismatches
 from mcpd.snapshot import ModelStats
 from mcpd.status import PlacementDoc, StatusDocument
@@ -119,6 +122,7 @@ class ModelStatsFields(TypedDict):
     queue_depth: int
     detail: dict[str, Any]
     statistics: None
+    latency: LatencyDoc | None
 
 
 class StatsMessage(TypedDict):
@@ -172,6 +176,7 @@ def stats_message(models: Mapping[str, ModelStats]) -> StatsMessage:
                 "queue_depth": stats.queue_depth,
                 "detail": dict(stats.detail),
                 "statistics": None,
+                "latency": latency_doc(stats.latency),
             }
             for name, stats in models.items()
         },
@@ -179,7 +184,19 @@ def stats_message(models: Mapping[str, ModelStats]) -> StatsMessage:
 
 
 def model_stats(message: StatsMessage) -> dict[str, ModelStats]:
-    return {name: ModelStats(**fields) for name, fields in message["models"].items()}
+    return {
+        name: ModelStats(
+            ready=fields["ready"],
+            requests=fields["requests"],
+            errors=fields["errors"],
+            p50_ms=fields["p50_ms"],
+            p99_ms=fields["p99_ms"],
+            queue_depth=fields["queue_depth"],
+            detail=fields["detail"],
+            latency=histograms(fields["latency"]),
+        )
+        for name, fields in message["models"].items()
+    }
 
 
 class SharedBlock:

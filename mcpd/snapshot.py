@@ -2,8 +2,9 @@
 
 The control loop publishes a new `Snapshot` after every decision (a reference swap, so readers on
 other threads never see a half-updated one); the inference server and the telemetry publisher read
-the newest one. `ModelStats` come from the inference server; their `statistics` (Triton's counts
-and the latency histograms, mcpd.serving.statistics) stay in the serving process.
+the newest one. `ModelStats` come from the inference server; their `statistics` (Triton's counts,
+mcpd.serving.statistics) stay in the serving process, their `latency` histograms go on to the
+governor, the status document and telemetry (mcpd.ipc).
 """
 
 from __future__ import annotations
@@ -156,6 +157,15 @@ class Statistics:
     queue_latency: Histogram = Histogram()
     compute_latency: Histogram = Histogram()
 
+    @property
+    def latency(self) -> dict[str, Histogram]:
+        """The histograms by phase, as ModelStats.latency holds them."""
+        return {
+            "request": self.request_latency,
+            "queue": self.queue_latency,
+            "compute": self.compute_latency,
+        }
+
 
 @dataclass(frozen=True)
 class ModelStats:
@@ -169,3 +179,7 @@ class ModelStats:
     detail: Mapping[str, object] = field(default_factory=dict)
     statistics: Statistics | None = None
     """The serving process's own; not sent to the governor (mcpd.serving.process)."""
+    latency: Mapping[str, Histogram] = field(default_factory=dict)
+    """The latency histograms by phase (mcpd.families.LATENCIES): request, queue and compute in
+    the serving process; request and compute (mcpd.status.LatencyDoc: what the fleet dashboard
+    reads) where they crossed to the governor and into the status document and telemetry."""

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Literal, TypedDict
 
 from mcpd import __version__
+from mcpd.latency_doc import LatencyDoc, latency_doc
 from mcpd.percentiles import DurationSummary
 from mcpd.snapshot import ModelStats, Snapshot, WriteFailure
 from safefs import read_text
@@ -108,6 +109,8 @@ class ModelDoc(TypedDict):
     """Board energy charged to one inference (mcpd/governor/energy.py); estimated with the power."""
     openvino: OpenVinoDoc | None
     """How OpenVINO runs the model; None for another backend or a model not loaded."""
+    latency: LatencyDoc | None
+    """None where the serving process has not reported them."""
 
 
 class DaemonDoc(TypedDict):
@@ -366,6 +369,7 @@ def inference(
             "joules_per_inference": _round((joules or {}).get(name), 4),
             # device, precision in force and the device's capabilities (the openvino backend)
             "openvino": _openvino(stats),
+            "latency": latency_doc(stats.latency),
         }
         for name, stats in models.items()
     }

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from mcpd import config, status
 from mcpd.placement import plan
+from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import DomainStatus, LastAction, ModelStats, Snapshot
 from sensors.topology import Cpu, CpuTopology
 
@@ -26,13 +27,16 @@ def placement() -> status.PlacementDoc:
 
 
 class FakeBoard:
-    """A Jetson-like board whose temperature, caps and request count move with every call."""
+    """A Jetson-like board whose temperature, caps, request count and latency histograms (a real
+    recorder's, as the serving process keeps them) move with every call."""
 
     def __init__(self, base_c: float = 60.0, clock: Callable[[], float] = time.time) -> None:
         self.base_c = base_c
         self.clock = clock
         self.calls = 0
         self.requests = 0
+        self.recorder = Recorder(wall=clock)
+        """The demo model's statistics, as the serving process records them."""
         self.fail = False
         self._lock = threading.Lock()
 
@@ -42,7 +46,12 @@ class FakeBoard:
                 raise RuntimeError("status unavailable")
             self.calls += 1
             self.requests += 25
+            for k in range(25):  # 1 to 8 ms, a fifth of it queued: over several buckets
+                compute_ns = 800_000 * (1 + k % 8)
+                queue_ns = compute_ns // 4
+                self.recorder.succeeded(queue_ns + compute_ns, Timing(queue_ns, 0, compute_ns, 0))
             calls, requests = self.calls, self.requests
+            latency = self.recorder.snapshot().latency
         celsius = self.base_c + (calls % 10)
         cap = 0.8 if calls % 2 else 1.0
         snapshot = Snapshot(
@@ -64,7 +73,7 @@ class FakeBoard:
             last_action=LastAction("lower", f"{celsius:.1f} °C ≥ 85.0 °C", self.clock()),
             batch={"demo": 4},
         )
-        models = {"demo": ModelStats(True, requests, 1, 3.2, 9.8, 2)}
+        models = {"demo": ModelStats(True, requests, 1, 3.2, 9.8, 2, latency=latency)}
         daemon: status.DaemonDoc = {
             "pid": 4241,
             "cpu_percent": 3.5,

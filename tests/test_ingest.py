@@ -8,6 +8,7 @@ its own device, seq and ts, so a test knows exactly what the store must hold.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import time
@@ -21,6 +22,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from mcpd import ctl
 from mcpd.telemetry import encoder
 from tests.conftest import PROJECT
 from tests.mqtt_broker import Mosquitto, free_port, mosquitto_binary
@@ -36,9 +38,15 @@ MCPCTL = str(PROJECT / ".venv/bin/mcpctl")
 WAIT_S = 30.0
 
 
-def telemetry(device: str, seq: int, ts: float) -> bytes:
-    """A board's telemetry message as the daemon encodes it; its temperature is `seq`."""
-    document = {**FakeBoard(clock=lambda: ts)(), "temperature_c": float(seq)}
+def telemetry(board: FakeBoard, device: str, seq: int) -> bytes:
+    """A board's next telemetry message as the daemon encodes it; its temperature is `seq`, its
+    serving process restarted every fifth message (the fleet dashboard shows restarts)."""
+    document = board()
+    document = {
+        **document,
+        "temperature_c": float(seq),
+        "serving": {**document["serving"], "restarts": seq // 5},
+    }
     return encoder.telemetry(
         document, device=device, seq=seq, requests_per_s=1.0, queued=0, dropped=0
     )
@@ -51,6 +59,9 @@ class Boards:
         self.devices = devices
         self.sent: dict[str, list[tuple[int, int]]] = {d: [] for d in devices}
         """device -> [(seq, ts in ms)]."""
+        self.now = 0.0
+        self.boards = {d: FakeBoard(clock=lambda: self.now) for d in devices}
+        """Each board's documents: its counters and latency histograms grow message by message."""
         self.client = paho.Client(CallbackAPIVersion.VERSION2, "boards", protocol=paho.MQTTv5)
         if password is not None:
             self.client.username_pw_set("boards", password)
@@ -63,10 +74,11 @@ class Boards:
         """`rounds` messages from every board, one round per `period_s`; `during(i)` after
         round i (a test's chance to break something)."""
         for i in range(rounds):
-            ts = time.time()
+            ts = self.now = time.time()
             for device in self.devices:
                 seq = len(self.sent[device]) + 1
-                self.client.publish(f"mcpd/{device}/telemetry", telemetry(device, seq, ts), qos=1)
+                payload = telemetry(self.boards[device], device, seq)
+                self.client.publish(f"mcpd/{device}/telemetry", payload, qos=1)
                 self.sent[device].append((seq, round(ts * 1000)))
             during(i)
             time.sleep(period_s)
@@ -175,13 +187,14 @@ def test_every_message_is_in_the_store_at_its_own_time_with_the_boards_series(
         ingesting(broker, store.write_url, tmp_path, "ingest-1"),
     ):
         boards = Boards(broker, ["b1", "b2", "b3"])
+        boards.boards["b1"]()  # a document ahead: lowering at the end while the others hold
         boards.publish(rounds=10, period_s=0.05)
         assert wait_for_all(store, boards, since) == expected(boards)
         boards.client.publish("mcpd/b3/status", b"offline", qos=1)  # its Will, say
         boards.close()
         last = boards.sent["b1"][-1][1] / 1000
         cap = eventually(
-            store, 'mcpd_domain_cap_hertz{instance="b1", domain="policy0"}', lambda _: last
+            store, 'mcpd_domain_cap_hertz{instance="b1", domain="policy0"}', lambda _: last + 1
         )
         assert [(s["metric"]["kind"], float(s["value"][1])) for s in cap] == [
             ("cpufreq", round(1510.4 * 0.8 * 1e6))  # MHz in the message, hertz in the store
@@ -206,32 +219,29 @@ def eventually(store: Engine, promql: str, at: Callable[[float], float]) -> list
         time.sleep(0.2)
 
 
-NOT_IN_TELEMETRY = {
-    "mcpd_inference_request_duration_seconds_bucket",
-    "mcpd_inference_compute_duration_seconds_bucket",
-}
-"""The latency histograms: only the serving process has them (docs/ingest.md §5)."""
-
-
 def assert_dashboard_series(store: Engine, at: float) -> None:
     """Every series the fleet dashboard reads is in the store under the board's /metrics name
-    with its labels, but the latency histograms, which telemetry does not carry."""
+    with its labels, and every query of it answers, the latency quantiles included."""
     board = exported()
     dashboard = json.loads((PROJECT / "examples/grafana-fleet.json").read_text())
     read = [ref for expr in expressions(dashboard) for ref in references(expr)]
     assert {name for name, _ in read} <= board.keys() | {"up"}
-    wanted = {name for name, _ in read} - NOT_IN_TELEMETRY
+    wanted = {name for name, _ in read}
     deadline = time.monotonic() + WAIT_S
     while not wanted <= (names := set(store.get("/api/v1/label/__name__/values")["data"])):
         assert time.monotonic() < deadline, wanted - names  # a new series shows after a while
         store.flush()
         time.sleep(0.2)
-    assert not NOT_IN_TELEMETRY & names
     for name, labels in read:
-        if name in wanted:
-            series = store.get("/api/v1/series", **{"match[]": name, "start": at - 600, "end": at})
-            have = set().union(*(s.keys() for s in series["data"]))
-            assert labels <= have, (name, labels, have)
+        series = store.get("/api/v1/series", **{"match[]": name, "start": at - 600, "end": at})
+        have = set().union(*(s.keys() for s in series["data"]))
+        assert labels <= have, (name, labels, have)
+    for expr in expressions(dashboard):
+        # Grafana's variables as it fills them with "All" selected and a short dashboard range
+        query = expr.replace("$job", "mcpd").replace("$model", ".*")
+        answer = eventually(store, query.replace("$__rate_interval", "1m"), lambda _: at)
+        values = [float(s["value"][1]) for s in answer]
+        assert values and all(math.isfinite(v) for v in values), (expr, answer)
 
 
 def test_the_next_broker_when_one_is_not_there_and_a_password_from_a_file(
@@ -375,3 +385,40 @@ def test_a_replica_down_behind_vmagent_misses_nothing(tmp_path: Path) -> None:
         boards.close()
         assert wait_for_all(one, boards, since) == expected(boards)
         assert wait_for_all(two, boards, since) == expected(boards)
+
+
+def test_fleet_from_the_store_reads_back_the_table_ingest_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mcpctl fleet --from` on what `mcpctl ingest` wrote from the boards' telemetry: the series
+    and label names the two use agree (tests/test_fleet_store.py fills its store by hand)."""
+    with (
+        Mosquitto(tmp_path / "broker") as broker,
+        VictoriaMetrics(tmp_path / "vm") as vm,
+        ingesting(broker, vm.write_url, tmp_path, "ingest-1"),
+    ):
+        boards = Boards(broker, ["b1", "b2"])
+        since = time.time() - 1
+        boards.publish(rounds=10, period_s=0.1)  # 25 requests a message: 250 a second
+        boards.close()
+        assert wait_for_all(vm, boards, since) == expected(boards)
+        deadline = time.monotonic() + WAIT_S
+        while True:  # a new series shows in queries some seconds after its first sample
+            vm.flush()
+            assert (
+                ctl.main(["fleet", "--from", vm.url, "--json", "--count", "1", "--interval", "0"])
+                == 0
+            )
+            rows = {d["device"]: d for d in json.loads(capsys.readouterr().out)["devices"]}
+            complete = [r for r in rows.values() if r["temperature_c"] == 10.0 and r["platform"]]
+            if len(complete) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert sorted(rows) == ["b1", "b2"]
+    for row in rows.values():
+        assert row["online"] is True
+        assert (row["platform"], row["temperature_c"], row["power_w"]) == ("jetson-orin", 10.0, 7.5)
+        # the tenth document: caps at the maximum, the governor holding
+        assert row["caps_mhz"] == {"policy0": 1510.4, "17000000.gpu": 624.75}
+        assert row["governor"] == "holding"
+        assert row["requests_per_s"] == pytest.approx(250, rel=0.25)

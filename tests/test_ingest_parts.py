@@ -9,6 +9,7 @@ from typing import Any
 
 import cramjam
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mcpd import ctl
 from mcpd.backoff import Backoff
@@ -21,6 +22,8 @@ from mcpd.ctl.ingest_window import SeqWindow
 from mcpd.ctl.ingest_writer import Delivery, Writer
 from mcpd.ctl.remote_write import Outcome, verdict
 from mcpd.ctl.remote_write_pb2 import WriteRequest
+from mcpd.serving.metrics import Exposition
+from mcpd.snapshot import ModelStats
 from mcpd.telemetry import encoder
 from tests.mqtt_status import FakeBoard
 
@@ -86,6 +89,47 @@ def test_what_is_not_telemetry_of_the_topics_board_is_refused(payload: bytes, wh
 def test_model_counters_that_are_not_numbers_leave_the_model_out() -> None:
     m = telemetry("b1", message(inference={"demo": {"ready": True, "requests": None}}))
     assert not [key for key in m.keys if key[0].startswith("mcpd_inference_")]
+
+
+HISTOGRAMS = ("mcpd_inference_request_duration_seconds", "mcpd_inference_compute_duration_seconds")
+
+
+def test_the_latency_histograms_are_the_boards_own_series_from_its_metrics() -> None:
+    """The same names, `le` bounds, counts and sums as the board's /metrics renders from the
+    serving process's live statistics, so the fleet dashboard's quantiles read either path."""
+    board = FakeBoard(clock=lambda: 1767225600.125)
+    document = board()
+    statistics = board.recorder.snapshot()
+    live = {"demo": ModelStats(True, 25, statistics=statistics, latency=statistics.latency)}
+    body, _ = Exposition(lambda: document, lambda: live).render("")
+    scraped = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        if family.name in HISTOGRAMS
+        for s in family.samples
+    }
+    payload = encoder.telemetry(
+        document, device="b1", seq=1, requests_per_s=2.0, queued=0, dropped=0
+    )
+    ingested = {
+        (name, tuple(sorted(labels))): value
+        for (name, labels), value in by_series(telemetry("b1", payload)).items()
+        if name.startswith(HISTOGRAMS)
+    }
+    assert len(scraped) == 2 * (15 + 2)  # 14 bounds and +Inf, the sum and the count
+    assert ingested == pytest.approx(scraped, abs=1e-6)  # the sum in µs, as the status has it
+    assert ingested[("mcpd_inference_request_duration_seconds_count", (("model", "demo"),))] == 25
+
+
+def test_a_model_without_whole_histograms_has_no_histogram_series() -> None:
+    """An older board's message has no `latency`; a broken one's part is left out, not fatal."""
+    demo = telemetry("b1", message())
+    for broken in (None, {"request": {"buckets": [1, 2], "count": 3, "sum_s": 0.1}}):
+        doc = json.loads(message())["inference"]
+        doc["demo"]["latency"] = broken
+        m = telemetry("b1", message(inference=doc))
+        assert not [key for key in m.keys if key[0].startswith(HISTOGRAMS)]
+        assert len(m.keys) == len(demo.keys) - 2 * (15 + 2)
 
 
 def test_offline_is_up_0_at_arrival_and_online_says_nothing() -> None:

@@ -158,6 +158,18 @@ def test_the_statistics_cross_whole() -> None:
     assert message["kind"] == "stats" and ipc.model_stats(message) == {"m": stats}
 
 
+def test_the_request_and_compute_latency_histograms_cross_the_queue_one_stays() -> None:
+    """Those the status document and so telemetry carry (mcpd.latency_doc); the queue histogram
+    is only on the board's /metrics, from the serving process's live ones."""
+    board = FakeBoard()
+    board()
+    latency = board.recorder.snapshot().latency
+    stats = ModelStats(True, 25, latency=latency)
+    crossed = ipc.model_stats(ipc.decode(ipc.encode(ipc.stats_message({"m": stats}))))
+    assert crossed["m"].latency == {"request": latency["request"], "compute": latency["compute"]}
+    assert latency["request"].count == 25 and latency["request"].sum_s > 0
+
+
 DELETE = object()
 EVENT = {"kind": "event", "event": {"kind": "model", "message": "m ready", "data": {}, "ts": 1.0}}
 
@@ -193,6 +205,7 @@ def _with(message: Any, path: str, value: Any) -> bytes:
             r"stats\.models\['m'\]\.p50_ms: 'fast' is not",
         ),
         (_with(STATS, "models.m.extra", 1), r"models\['m'\]: extra key 'extra'"),
+        (_with(STATS, "models.m.latency", []), r"models\['m'\]\.latency: \[\] is not an object"),
         (b'{"kind": "ready", "a": 1, "b": 2}', r"extra key '.' \(and 1 more\)"),
         (b'{"kind": "configured", "generation": 1}', r"configured: no key 'error'"),
     ],

@@ -12,11 +12,12 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
-from mcpd.families import GOVERNOR_STATES
+from mcpd.families import BOUNDS, GOVERNOR_STATES
 from mcpd.serving.metrics import Exposition
 from mcpd.serving.statistics import Recorder, Timing
-from mcpd.snapshot import ModelStats, Statistics
+from mcpd.snapshot import LATENCY_BUCKETS_S, ModelStats, Statistics
 from mcpd.status import GovernorState
 from tests.serving_server import status_document
 
@@ -31,8 +32,11 @@ def recorded() -> Statistics:
     return recorder.snapshot()
 
 
+RECORDED = recorded()
 STATS = {
-    "m": ModelStats(True, requests=4, errors=1, queue_depth=3, statistics=recorded()),
+    "m": ModelStats(
+        True, requests=4, errors=1, queue_depth=3, statistics=RECORDED, latency=RECORDED.latency
+    ),
     "broken": ModelStats(False),
 }
 
@@ -157,6 +161,12 @@ def test_latency_histograms_in_seconds_with_cumulative_buckets() -> None:
     compute = buckets(families["mcpd_inference_compute_duration_seconds"], "m")
     assert (compute["0.0008"], compute["0.0016"]) == (0, 3)  # 1.015 ms, the batch's, each
     assert not buckets(request, "broken")  # not loaded: no statistics, no series
+
+
+def test_the_bounds_are_written_as_prometheus_client_writes_them() -> None:
+    """mcpd.families writes `le` itself (mcpctl ingest has no prometheus_client to ask), so a
+    series from telemetry and one scraped from the board are the same series."""
+    assert (*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf") == BOUNDS
 
 
 def test_openmetrics_when_asked_for_with_units() -> None:

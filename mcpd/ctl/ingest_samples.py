@@ -2,16 +2,16 @@
 
 Pure: the message's bytes in, its samples out. The names, units and labels are mcpd.families',
 the mapping behind the board's `/metrics`, read from the status document that a telemetry message
-is (README, "Telemetry message (schema 1)"); the model counters come from the message's
-`inference` part. Every series gets `instance` (the device id) and `job`, the labels a Prometheus
-that scrapes the board gives it, so one dashboard reads both paths. Each sample is stamped with the
-message's own `ts`, not the arrival time: a message replayed from a board's spool after an outage
-lands where it was measured.
+is (README, "Telemetry message (schema 1)"); the model counters and the request and compute
+latency histograms come from the message's `inference` part. Every series gets `instance` (the
+device id) and `job`, the labels a Prometheus that scrapes the board gives it, so one dashboard
+reads both paths. Each sample is stamped with the message's own `ts`, not the arrival time: a
+message replayed from a board's spool after an outage lands where it was measured.
 
-What a board's `/metrics` has and a telemetry message does not: the latency histograms
-(`mcpd_inference_*_duration_seconds`), `mcpd_model_backend_info` and the batch and row counters,
-which only the serving process holds. `up` is Prometheus' own for a scrape; here it is 1 at every
-telemetry message, and 0 when the board's status goes `offline` (its Will or a clean stop).
+What a board's `/metrics` has and a telemetry message does not: the queue latency histogram,
+`mcpd_model_backend_info` and the batch and row counters, which only the serving process holds.
+`up` is Prometheus' own for a scrape; here it is 1 at every telemetry message, and 0 when the
+board's status goes `offline` (its Will or a clean stop).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcpd.families import governor_families, model_families, series_name
+from mcpd.families import governor_families, model_families, series
+from mcpd.latency_doc import histograms
 from mcpd.snapshot import ModelStats
 
 SCHEMA = 1
@@ -65,6 +66,7 @@ def _stats(inference: object) -> dict[str, ModelStats]:
             requests=doc["requests"],
             errors=doc["errors"],
             queue_depth=doc["queue_depth"],
+            latency=histograms(doc.get("latency")),
         )
         for name, doc in inference.items()
         if isinstance(doc, Mapping)
@@ -96,9 +98,9 @@ def telemetry(device: str, payload: bytes) -> Message:
         raise NotTelemetry(f"not a status document ({exc})") from None
     keys, numbers = [UP], [1.0]
     for family in families:
-        name, labels = series_name(family), family.labels + family.keys
-        keys += [(name, labels, values) for values, _ in family.rows]
-        numbers += [value for _, value in family.rows]
+        for name, labels, rows in series(family):
+            keys += [(name, labels, values) for values, _ in rows]
+            numbers += [value for _, value in rows]
     return Message(device, seq, round(ts * 1000), keys, numbers)
 
 

@@ -88,4 +88,5 @@ def stats(entry: Entry) -> ModelStats:
         queue_depth=worker.depth if worker is not None else 0,
         detail=detail,
         statistics=statistics,
+        latency=statistics.latency,
     )

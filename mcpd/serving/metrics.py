@@ -4,7 +4,7 @@ A custom collector (prometheus_client's way to export values kept elsewhere) tur
 one status document and the models' statistics into metric families: nothing is counted twice, and
 nothing is kept for Prometheus between scrapes. Each service has a registry of its own, never the
 library's global one. The families themselves, their names, units and values, are mcpd.families'
-(the same for `mcpctl ingest`); the latency histograms, which only this process has, are here.
+(the same for `mcpctl ingest`), the latency histograms from this process's live ones.
 """
 
 from __future__ import annotations
@@ -21,25 +21,24 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import CollectorRegistry
-from prometheus_client.utils import floatToGoString
 
-from mcpd.families import PREFIX, Family, governor_families, model_families
-from mcpd.snapshot import LATENCY_BUCKETS_S, Histogram, ModelStats
-
-LATENCIES = (
-    ("request", "time from arrival to answer."),
-    ("queue", "time in the model's queue, until their batch was taken."),
-    ("compute", "batch's compute time: joining inputs, running the model, splitting outputs."),
-)
-"""The latency histograms, from the statistics recorder (mcpd.serving.statistics): buckets of
-100 µs doubling to 819.2 ms, then +Inf."""
-BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf"]
-"""Each bucket's `le` label, written as Prometheus writes floats."""
+from mcpd.families import Family, governor_families, model_families
+from mcpd.snapshot import ModelStats
 
 
 def exposed(family: Family) -> Metric:
     """A family as prometheus_client's custom collectors yield it."""
-    metric: GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
+    metric: GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | HistogramMetricFamily
+    if family.kind == "histogram":
+        metric = HistogramMetricFamily(
+            family.name, family.help, labels=list(family.labels), unit=family.unit
+        )
+        buckets: dict[tuple[str, ...], list[tuple[str, float]]] = {}
+        for values, count in family.rows:
+            buckets.setdefault(values[:-1], []).append((values[-1], count))
+        for values, total in family.sums:
+            metric.add_metric(list(values), buckets[values], total)
+        return metric
     if family.kind == "info":
         metric = InfoMetricFamily(family.name, family.help, labels=list(family.labels))
         split = len(family.labels)
@@ -59,24 +58,6 @@ def exposed(family: Family) -> Metric:
     return metric
 
 
-def histogram_families(stats: Mapping[str, ModelStats]) -> Iterator[Metric]:
-    """Each model's latency histograms, which only the serving process's statistics have."""
-    counted = {m: s.statistics for m, s in stats.items() if s.statistics is not None}
-    for phase, help in LATENCIES:
-        family = HistogramMetricFamily(
-            f"{PREFIX}inference_{phase}_duration_seconds",
-            f"Successful requests' {help}",
-            labels=["model"],
-            unit="seconds",
-        )
-        for model, counts in counted.items():
-            histogram: Histogram = getattr(counts, f"{phase}_latency")
-            family.add_metric(
-                [model], list(zip(BOUNDS, histogram.buckets, strict=True)), histogram.sum_s
-            )
-        yield family
-
-
 class StatusCollector:
     """prometheus_client's custom collector protocol: `collect` is called at each scrape."""
 
@@ -93,7 +74,6 @@ class StatusCollector:
         stats = self.stats()
         yield from map(exposed, governor_families(document))
         yield from map(exposed, model_families(document, stats))
-        yield from histogram_families(stats)
 
 
 class Exposition:
