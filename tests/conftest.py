@@ -8,12 +8,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from tests.fakesys import FakeSysfs
 
 PROJECT = Path(__file__).resolve().parent.parent
+FAKE_RKNN = PROJECT / "tests/serving_rknn"
+"""A fake rknnlite that keeps the documented contract, in place of Rockchip's runtime."""
 
 
 @pytest.fixture
@@ -74,3 +77,15 @@ def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | P
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def lite(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    monkeypatch.syspath_prepend(str(FAKE_RKNN))
+    import rknnlite.api as api
+
+    monkeypatch.setattr(api, "MACHINE", "aarch64")
+    api.calls.clear()
+    yield api
+    for name in [n for n in sys.modules if n == "rknnlite" or n.startswith("rknnlite.")]:
+        del sys.modules[name]

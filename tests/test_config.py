@@ -14,6 +14,7 @@ import pytest
 
 from mcpd import config, ipc, schema
 from tests.conftest import PROJECT
+from tests.support.configs import HOSTILE
 
 EXAMPLE = PROJECT / "examples/mcpd.toml"
 
@@ -279,19 +280,6 @@ def test_governor_profiles(tmp_path: Path) -> None:
         problem
         == "governor.profiles.Loud: table name expected a string matching '^[a-z0-9][a-z0-9_-]{0,31}$'"
     )
-
-
-HOSTILE = {
-    "not UTF-8": b'[daemon]\nlog_level = "\xff\xfe"\n',
-    "UTF-16 with a BOM": '[daemon]\nlog_level = "info"\n'.encode("utf-16"),
-    "5 000-digit integer": b"[sampling]\ntemperature_ms = " + b"9" * 5000 + b"\n",
-    "4 000-digit integer": b"[sampling]\ntemperature_ms = " + b"9" * 4000 + b"\n",
-    "arrays 10 000 deep": b"x = " + b"[" * 10_000 + b"]" * 10_000 + b"\n",
-    "tables 10 000 deep": b"x = " + b"{a = " * 10_000 + b"1" + b"}" * 10_000 + b"\n",
-    "valid TOML 500 deep": b"[daemon]\nsocket = " + b"[" * 500 + b"]" * 500 + b"\n",
-    "NUL byte": b"[daemon]\x00\n",
-    "valid TOML 20 deep": b"[daemon]\nsocket = " + b"[" * 20 + b"]" * 20 + b"\n",
-}
 
 
 def test_nesting_deeper_than_any_key_is_named() -> None:

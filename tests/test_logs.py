@@ -15,7 +15,7 @@ import pytest
 from mcpd.demo import MODEL
 from mcpd.logs import JournalFormatter, to_journal
 from tests.conftest import PROJECT
-from tests.test_daemon import RunningDaemon
+from tests.support.daemon import RunningDaemon
 
 
 def stream_id(path: Path) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from mcpd.telemetry import inbound, mqtt_client
-from tests.conftest import PROJECT
 from tests.mqtt_broker import Flood, Mosquitto, mosquitto_binary, recording
+from tests.support.daemon import DaemonProcess, simulated
 
 pytestmark = pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
 
@@ -58,17 +57,9 @@ commands_enabled = true
 homeassistant_discovery = true
 """
     )
-    command = [sys.executable, "-m", "mcpd", "run", "--simulate", "jetson-orin-nano"]
-    command += ["--sim-root", str(tmp_path / "board"), "--config", str(config)]
-    with open(tmp_path / "daemon.log", "wb") as log:
-        process = subprocess.Popen(command, cwd=PROJECT, stderr=log)
-    yield process
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+    board = simulated("jetson-orin-nano", tmp_path / "board")
+    with DaemonProcess(config, *board, log=tmp_path / "daemon.log") as daemon:
+        yield daemon.process
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ import os
 import resource
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -33,11 +32,11 @@ from mcpd.serving.http import READ_BYTES
 from mcpd.serving.limits import Throttle
 from mcpd.serving.responses import InferResponse
 from mcpd.serving.service import METRICS_CONNECTIONS
-from tests.conftest import PROJECT
 from tests.mqtt_broker import free_port
 from tests.serving_models import scale, spread
 from tests.serving_server import Served, config
-from tests.test_serving_front import Reader
+from tests.support.daemon import DaemonProcess, simulated
+from tests.support.http import Reader
 
 HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -327,31 +326,16 @@ def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path
         )
 
     configure(140.0, 130.0)  # nothing to do: the caps stay at their maximum
-    log = tmp_path / "daemon.log"
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "run",
-        "--config",
-        str(cfg),
-        "--simulate",
-        "jetson-orin-nano",
-        "--sim-root",
-        str(board),
-    ]
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(
-            command,
-            cwd=PROJECT,
-            stderr=stderr,
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512)),
-        )
+    daemon = DaemonProcess(
+        cfg,
+        *simulated("jetson-orin-nano", board),
+        log=tmp_path / "daemon.log",
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512)),
+    )
+    process = daemon.process
     try:
-        deadline = time.monotonic() + 60
-        while not serving(sock_path):  # the governor binds at once; serving answers later
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        # the governor binds at once; serving answers later
+        daemon.wait_until(lambda: serving(sock_path), 60, "the serving process")
         caps = sorted(board.glob("sys/devices/system/cpu/cpufreq/policy*/scaling_max_freq"))
         before = {path: path.read_text() for path in caps}
         (child,) = psutil.Process(process.pid).children()
@@ -364,16 +348,15 @@ def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path
             assert len(os.listdir(f"/proc/{process.pid}/fd")) < 100
             configure(30.0, 25.0)  # now throttle: the loop must write the caps
             process.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + 20
-            while all(path.read_text() == before[path] for path in caps):
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
-        text = log.read_text()
+            daemon.wait_until(
+                lambda: any(path.read_text() != before[path] for path in caps), 20, "a cap written"
+            )
+        text = daemon.log_text()
         assert "Too many open files" not in text
         assert text.count("new connections wait") <= 2
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0, log.read_text()
+        assert process.wait(30) == 0, daemon.log_text()
 
 
 def flood(path: Path, count: int, stack: ExitStack) -> list[socket.socket]:

@@ -26,10 +26,8 @@ from mcpd.serving.errors import LoadError
 from tests.conftest import PROJECT
 from tests.serving_models import ir, scale
 from tests.serving_server import Served, config
-from tests.test_serving_worker import Gated
-
-DEFAULT_PRECISION = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
-"""OpenVINO's own default on this CPU: bf16 with AMX, f32 without."""
+from tests.support.openvino_cpu import BLOCKED, DEFAULT_PRECISION
+from tests.support.worker import Gated
 
 
 def test_serving_compiles_one_stream_with_the_models_threads_and_precision() -> None:
@@ -187,9 +185,6 @@ def test_what_it_cannot_load_is_a_load_error_naming_it(tmp_path: Path) -> None:
     missing = rf"OpenVINO cannot load {xml} on CPU: .* \({xml.with_suffix('.bin')} is missing\)$"
     with pytest.raises(LoadError, match=missing):
         backends.load(ModelSection(name="m", path=str(xml)))
-
-
-BLOCKED = "import sys; sys.modules['openvino'] = None  # as if it were not installed\n"
 
 
 def test_without_openvino_the_load_error_says_what_to_install(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from tests.serving_models import scale
 from tests.serving_server import Served, config
-from tests.test_serving_worker import Gated
+from tests.support.worker import Gated
 
 REQUEST = json.dumps(
     {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
