@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from tests.fakesys import FakeSysfs
+from tests.support.waiting import wait_until
 
 PROJECT = Path(__file__).resolve().parent.parent
 FAKE_RKNN = PROJECT / "tests/serving_rknn"
@@ -62,11 +62,14 @@ def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | P
         with open(log, "wb") as stderr:
             process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr)
         mounts.append((process, mountpoint))
-        deadline = time.monotonic() + 10
-        while not os.path.ismount(mountpoint):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"FUSE mount failed: {log.read_text()}")
-            time.sleep(0.02)
+
+        def mounted() -> bool:
+            if os.path.ismount(mountpoint):
+                return True
+            assert process.poll() is None, f"FUSE mount failed: {log.read_text()}"
+            return False
+
+        wait_until(mounted, 10, "the FUSE mount", interval=0.02, detail=log.read_text)
         return mountpoint
 
     yield mount

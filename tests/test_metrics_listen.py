@@ -5,7 +5,6 @@ from the governor's stand-in."""
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from tests.mqtt_broker import free_port
 from tests.serving_server import Served, config
 from tests.support.clock import FakeClock
 from tests.support.standin import ask
+from tests.support.waiting import wait_until
 
 
 def parse_metrics(**metrics: object) -> config_module.Config:
@@ -132,10 +132,8 @@ def test_the_metrics_port_has_a_connection_cap_of_its_own(
             waiting.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             scrapes = served.service.scrapes
             assert scrapes is not None
-            deadline = time.monotonic() + 10
-            while not scrapes.capped:  # the ninth waits in the backlog
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            # the ninth waits in the backlog
+            wait_until(lambda: scrapes.capped, 10, "the scrapes capped", interval=0.01)
             assert scrapes.open == METRICS_CONNECTIONS
             with served.client() as client:  # the socket's cap (2) does not count them
                 assert client.live()

@@ -38,6 +38,7 @@ from tests.engines import Haproxy, Node, missing
 from tests.mqtt_broker import Received, Recorder, publishing, recording, settings
 from tests.mqtt_clusters import EjabberdCluster, NatsCluster
 from tests.support.daemon import DaemonProcess, simulated
+from tests.support.waiting import wait_until
 
 HEARTBEAT_S = 1
 BOARDS = 6
@@ -156,13 +157,6 @@ def daemon(
     board = simulated("jetson-orin-nano", tmp_path / "victim")
     with DaemonProcess(config, *board, log=tmp_path / "victim.log") as victim:
         yield victim.process
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.05)
 
 
 def telemetry(messages: list[Received]) -> dict[str, list[Received]]:

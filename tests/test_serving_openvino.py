@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.conftest import PROJECT
 from tests.serving_models import ir, scale
 from tests.serving_server import Served, config
 from tests.support.openvino_cpu import BLOCKED, DEFAULT_PRECISION
+from tests.support.waiting import wait_until
 from tests.support.worker import Gated
 
 
@@ -90,8 +90,7 @@ def test_concurrent_requests_are_batched_and_answered_as_openvino_does_in_proces
         answers = [first]
         for queued, image in enumerate(images[1:], start=1):  # queued in a known order
             answers.append(pool.submit(infer, image))
-            while worker.depth < queued:
-                time.sleep(0.005)
+            wait_until(lambda n=queued: worker.depth >= n, 10, f"{queued} queued", interval=0.005)
         gate.gate.set()
         scores = [answer.result(30) for answer in answers]
     assert gate.batches == [1, 6]  # the three queued requests ran as one batch of six rows

@@ -33,6 +33,7 @@ from mcpd.status import inference
 from tests.conftest import PROJECT
 from tests.mqtt_status import placement
 from tests.support.daemon import RunningDaemon, models_ready, new_child, serving_pid, status
+from tests.support.waiting import wait_until
 
 # pydantic (18 MB), psutil (2.7 MB) and prometheus_client (10.4 MB, docs/metrics.md) of a 40 MB
 # budget (BENCHMARKS.md): mcpd.schema checks the config, mcpd.status reads /proc itself, and the
@@ -214,10 +215,8 @@ def test_the_governor_process_never_imports_the_serving_stack(tmp_path: Path) ->
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not (board / "proc/sys/kernel/random/boot_id").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        boot_id = board / "proc/sys/kernel/random/boot_id"
+        wait_until(boot_id.exists, 30, "the simulated board")
         sock, found = tmp_path / "mcpd.sock", tmp_path / "modules.json"
         (tmp_path / "mcpd.toml").write_text(
             f'[daemon]\nsysfs_root = "{board}"\nsocket = "{sock}"\n'
