@@ -26,10 +26,10 @@ from mcpd.optimize.background import BuildError, Built, Optimizer, cache_key
 from mcpd.schema import build
 from mcpd.serving.backends.openvino import stored_precision
 from mcpd.serving.loads import Target
-from mcpd.snapshot import Snapshot
 from tests import optimize_models as models
 from tests.mqtt_status import placement
 from tests.serving_server import Served, config
+from tests.support.snapshots import snapshot
 from tests.support.waiting import wait_until
 
 DONE = "the optimization done or failed"
@@ -67,24 +67,9 @@ def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Ser
 
         def board_status() -> dict[str, Any]:
             """The daemon's status document for an idle board with these models' stats."""
-            snapshot = Snapshot(
-                ts=1.0,
-                platform="x86",
-                model="test",
-                temperature_c=50.0,
-                power_w=None,
-                power_estimated=False,
-                metered=False,
-                temperatures={},
-                powers={},
-                domains=(),
-                state="holding",
-                profile="default",
-                last_action=None,
-                batch={},
-            )
+            idle = snapshot(ts=1.0, platform="x86", model="test", temperature_c=50.0)
             stats = holder[0].service.stats()
-            return status.document(snapshot, stats, {}, {}, {}, placement=placement())
+            return status.document(idle, stats, {}, {}, {}, placement=placement())
 
         served = Served(cfg, status=board_status)
         holder.append(served)
