@@ -50,6 +50,8 @@ from mcpd.sim import MEMORY_DIR, PROFILES, STATE_FILE
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import quality  # bench/quality.py, beside this script
 
+from tests.support.daemon import mcpd_run
+
 PYTHON = sys.executable
 SIM_PID = "run/mcpd-sim/pid"
 
@@ -213,9 +215,7 @@ def idle_daemon(seconds: float, live: bool) -> dict[str, object]:
         config.write_text(
             f'[daemon]\nsysfs_root = "{root}"\nstate_dir = "{folder}/state"\nruntime_dir = "{folder}/run"\nsocket = "{folder}/mcpd.sock"\n'
         )
-        daemon = subprocess.Popen(
-            [PYTHON, "-m", "mcpd", "run", "--config", str(config)], stderr=subprocess.DEVNULL
-        )
+        daemon = subprocess.Popen(mcpd_run(config, python=PYTHON), stderr=subprocess.DEVNULL)
         try:
             time.sleep(5.0)
             process = psutil.Process(daemon.pid)

@@ -52,6 +52,7 @@ from serving import ROOT, LoadGenerator, mcpd_request, process, wait_for
 
 from mcpd.client import Client
 from mcpd.demo.build import resnet50
+from tests.support.daemon import mcpd_run
 
 PYTHON = sys.executable
 Condition = Callable[[], AbstractContextManager[Callable[[], int]]]
@@ -85,8 +86,7 @@ def daemon(
     # `-m` puts the working folder first on sys.path, ahead of PYTHONPATH: run in `tree` itself,
     # or "the baseline" is this checkout again.
     env = {"PYTHONPATH": str(tree)} if tree is not None else None
-    command = [PYTHON, "-m", "mcpd", "run", "--config", str(folder / "mcpd.toml")]
-    with process(command, env, tree or ROOT):
+    with process(mcpd_run(folder / "mcpd.toml", python=PYTHON), env, tree or ROOT):
         wait_for(lambda: ready(sock), "mcpd")
         yield sock
 

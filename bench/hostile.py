@@ -65,6 +65,7 @@ from mcpd.serving.service import METRICS_CONNECTIONS
 from mcpd.sim import MEMORY_DIR, STATE_FILE
 from tests.mqtt_broker import Mosquitto, free_port
 from tests.serving_models import spread
+from tests.support.daemon import mcpd_run, simulated
 
 DAEMON_NOFILE = 1024
 DEVICE = "bench"
@@ -100,22 +101,9 @@ def daemon(folder: Path, broker_port: int | None) -> Iterator[Daemon]:
         f'[[models]]\nname = "spread"\npath = "{spread(folder / "spread.onnx", SPREAD_WIDTH)}"\n'
         "max_batch = 1\n"
     )
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "run",
-        "--config",
-        str(config),
-        "--simulate",
-        "jetson-orin-nano",
-        "--sim-root",
-        str(board),
-        "--sim-load",
-        "sustained",
-        "--sim-speed",
-        "4",
-    ]
+    command = mcpd_run(
+        config, *simulated("jetson-orin-nano", board, "--sim-load", "sustained", "--sim-speed", "4")
+    )
     limit = (DAEMON_NOFILE, DAEMON_NOFILE)
     with open(folder / "daemon.log", "wb") as log:
         process = subprocess.Popen(

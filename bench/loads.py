@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.client import Client, ServerError
 from tests.serving_models import heavy
-from tests.test_daemon import RunningDaemon
+from tests.support.daemon import RunningDaemon
 
 
 def ready(sock: Path) -> bool:

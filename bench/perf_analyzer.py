@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.serving import process, wait_for
 from mcpd.demo import MODEL
 from tests.mqtt_broker import free_port
+from tests.support.daemon import mcpd_run, simulated
 
 ROOT = Path(__file__).resolve().parent.parent
 PERF_ANALYZER = ROOT / ".venv/bin/perf_analyzer"
@@ -76,8 +77,7 @@ def main() -> None:
             f'[serving]\nhttp = "127.0.0.1:{port}"\n'
             f'[[models]]\nname = "demo"\npath = "{MODEL}"\n'
         )
-        daemon = [sys.executable, "-m", "mcpd", "run", "--config", str(run / "mcpd.toml"),
-                  "--simulate", "x86-intel", "--sim-root", str(run / "board")]  # fmt: skip
+        daemon = mcpd_run(run / "mcpd.toml", *simulated("x86-intel", run / "board"))
         bridge = ["socat", f"TCP-LISTEN:{bridge_port},bind=127.0.0.1,reuseaddr,fork",
                   f"UNIX-CONNECT:{run / 'mcpd.sock'}"]  # fmt: skip
         with process(daemon), process(bridge):

@@ -46,6 +46,7 @@ from serving import LoadGenerator, mcpd_request, percentiles, process, wait_for
 from mcpd.client import Client
 from mcpd.demo.build import classifier, resnet50
 from mcpd.sim import MEMORY_DIR, STATE_FILE
+from tests.support.daemon import mcpd_run
 
 PYTHON = sys.executable
 ARMS = ("auto", "off")
@@ -79,7 +80,7 @@ def daemon(folder: Path, root: Path, model: Path, placement: str) -> Iterator[Pa
         f'runtime_dir = "{folder}/run"\nplacement = "{placement}"\n'
         f'[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 8\n'
     )
-    with process([PYTHON, "-m", "mcpd", "run", "--config", str(folder / "mcpd.toml")]):
+    with process(mcpd_run(folder / "mcpd.toml", python=PYTHON)):
         wait_for(lambda: ready(sock), "mcpd")
         yield sock
 

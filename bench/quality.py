@@ -30,6 +30,7 @@ from mcpd.governor.power_map import PowerMapStore
 from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
 from sensors import SensorSet
 from sensors.discovery import PowerOptions
+from tests.support.clock import FakeClock
 
 SCENARIOS = ("sustained", "bursts", "bursts-short", "ambient-step", "load-step")
 GOVERNORS = ("hysteresis", "adaptive", "fixed")
@@ -91,14 +92,6 @@ def loop_settings(case: Case, governor: str, raise_hold_ms: int = 0) -> LoopSett
     )
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def governed_ranges(found: Iterable[FrequencyDomain]) -> dict[str, tuple[float, float]]:
     """Each domain's range under the default clamp, exactly as the loop computes it."""
     clamp = GovernorParams()
@@ -137,7 +130,7 @@ def run(
             ambient=case.ambient(),
         )
         sim.build()
-        clock = _Clock()
+        clock = FakeClock()
         changes: list[dict[str, object]] = []
         tick: Callable[[float], float]
         if caps is not None:

@@ -81,6 +81,7 @@ from mcpd.client import Client
 from mcpd.config import OpenVinoOptions
 from mcpd.demo.build import classifier, resnet50
 from mcpd.serving.backends.openvino import device_report, open_compiled, precision_in_force
+from tests.support.daemon import mcpd_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -470,17 +471,7 @@ def loop_timing(
         + "".join(line + "\n" for line in lines)
     )
     # The simulated board goes where mcpd puts it by default: on tmpfs, like sysfs.
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "run",
-        "--config",
-        str(run / "mcpd.toml"),
-        "--simulate",
-        "jetson-orin-nano",
-    ]
-    with process(command):
+    with process(mcpd_run(run / "mcpd.toml", "--simulate", "jetson-orin-nano")):
         wait_for(lambda: _ready(str(sock)), "the daemon")
         x = np.random.default_rng(0).random((1, *model.shape), np.float32)
         if loaded:

@@ -40,6 +40,9 @@ RK_GPU_HZ = (
     900000000,
     1000000000,
 )
+# The RK3588's cap files the tests read most: the A76 cluster's and the NPU's.
+POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
+NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
 INTEL_RAPL_MAX = 262143328850
 AMD_RAPL_MAX = 65532610987
 JP6_RELEASE = (

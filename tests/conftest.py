@@ -5,15 +5,18 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from tests.fakesys import FakeSysfs
+from tests.support.waiting import wait_until
 
 PROJECT = Path(__file__).resolve().parent.parent
+FAKE_RKNN = PROJECT / "tests/serving_rknn"
+"""A fake rknnlite that keeps the documented contract, in place of Rockchip's runtime."""
 
 
 @pytest.fixture
@@ -59,11 +62,14 @@ def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | P
         with open(log, "wb") as stderr:
             process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr)
         mounts.append((process, mountpoint))
-        deadline = time.monotonic() + 10
-        while not os.path.ismount(mountpoint):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"FUSE mount failed: {log.read_text()}")
-            time.sleep(0.02)
+
+        def mounted() -> bool:
+            if os.path.ismount(mountpoint):
+                return True
+            assert process.poll() is None, f"FUSE mount failed: {log.read_text()}"
+            return False
+
+        wait_until(mounted, 10, "the FUSE mount", interval=0.02, detail=log.read_text)
         return mountpoint
 
     yield mount
@@ -74,3 +80,15 @@ def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | P
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def lite(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    monkeypatch.syspath_prepend(str(FAKE_RKNN))
+    import rknnlite.api as api
+
+    monkeypatch.setattr(api, "MACHINE", "aarch64")
+    api.calls.clear()
+    yield api
+    for name in [n for n in sys.modules if n == "rknnlite" or n.startswith("rknnlite.")]:
+        del sys.modules[name]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ from mcpd.events import Event, EventBus
 from mcpd.serving.service import InferenceService
 from mcpd.status import StatusDocument
 from tests.mqtt_status import placement
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -129,10 +129,9 @@ class Served:
 
     def wait_settled(self, timeout: float = 30) -> None:
         """Until no load (first load or replacement) is still running."""
-        deadline = time.monotonic() + timeout
-        while self.service.repository.loading:
-            assert time.monotonic() < deadline, "models still loading"
-            time.sleep(0.01)
+        wait_until(
+            lambda: not self.service.repository.loading, timeout, "the models loaded", interval=0.01
+        )
 
     def reload(self, models: list[ModelSection]) -> None:
         cfg = dataclasses.replace(self.service.config, models=tuple(models))

@@ -15,12 +15,10 @@ import pytest
 
 from mcpd.governor import domains
 from mcpd.governor.baseline import Baseline
-from tests.boards import RK_A76_KHZ, RK_GPU_HZ, rk3588_bsp, x86_intel_laptop
+from tests.boards import NPU, POLICY4, RK_A76_KHZ, RK_GPU_HZ, rk3588_bsp, x86_intel_laptop
 from tests.fakesys import FakeSysfs
 
 BOOT = "8c7b5ac6-0000-4000-8000-000000000001"
-POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
-NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
 ORIGINALS = {
     "policy4": {"path": POLICY4, "value": "2208000"},
     "fdab0000.npu": {"path": "sys/class/devfreq/fdab0000.npu/max_freq", "value": "1000000000"},

@@ -7,8 +7,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +14,10 @@ from pathlib import Path
 from mcpd.client import Client
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
-from tests.boards import RK_BSP_ZONES, rk3588_bsp
-from tests.conftest import PROJECT
+from tests.boards import NPU, POLICY4, RK_BSP_ZONES, rk3588_bsp
 from tests.fakesys import FakeSysfs
-from tests.test_loop import NPU, POLICY4, board_with_meter, cap, make_loop, run_for
+from tests.support.daemon import DaemonProcess
+from tests.support.loop import board_with_meter, cap, make_loop, run_for
 
 Overlay = Callable[[Path, dict[str, str] | Path], Path]
 
@@ -123,7 +121,7 @@ def test_a_real_daemon_shows_an_ebusy_cap_and_writes_it_once_the_kernel_takes_it
     source, rules = tmp_path / "board", tmp_path / "rules.json"
     source.mkdir()
     hot_rk3588(source)
-    cap_file = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
+    cap_file = POLICY4
     rules.write_text(json.dumps({cap_file: "write:EBUSY"}))
     root = errno_overlay(source, rules)
     sock, log = tmp_path / "mcpd.sock", tmp_path / "daemon.log"
@@ -136,26 +134,18 @@ def test_a_real_daemon_shows_an_ebusy_cap_and_writes_it_once_the_kernel_takes_it
     notify.bind(str(tmp_path / "notify.sock"))
     notify.settimeout(0.5)
     env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"))
-    with open(log, "wb") as stderr:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "mcpd", "run", "--config", str(config)],
-            cwd=PROJECT,
-            env=env,
-            stderr=stderr,
-        )
+    daemon = DaemonProcess(config, log=log, env=env, stop_timeout=15)
 
     def status_line(wanted: Callable[[str], bool]) -> str:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            assert daemon.poll() is None, log.read_text()
+        def received() -> str | None:
             try:
                 message = notify.recv(4096).decode()
             except TimeoutError:
-                continue
-            for line in message.splitlines():
-                if line.startswith("STATUS=") and wanted(line):
-                    return line
-        raise AssertionError(log.read_text())
+                return None
+            lines = message.splitlines()
+            return next((s for s in lines if s.startswith("STATUS=") and wanted(s)), None)
+
+        return daemon.wait_until(received, 20, "a matching STATUS line", interval=0)
 
     try:
         status_line(lambda s: "write-failing: policy4" in s and "policy6 816" in s)
@@ -172,8 +162,7 @@ def test_a_real_daemon_shows_an_ebusy_cap_and_writes_it_once_the_kernel_takes_it
         status_line(lambda s: "policy4 816" in s and "write-failing" not in s)
         assert (source / cap_file).read_text() == "816000"
     finally:
-        daemon.terminate()
-        daemon.wait(15)
+        daemon.stop()
         notify.close()
     text = log.read_text()
     assert text.count("Device or resource busy") == 1, text  # said once for the episode

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,96 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.boards import NPU, POLICY4
 from tests.conftest import PROJECT
+from tests.support.daemon import RunningDaemon, mcpd_run
 
 if TYPE_CHECKING:
     from mcpd.governor.daemon import Daemon
-
-POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq"
-NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"
-
-
-class RunningDaemon:
-    def __init__(
-        self,
-        tmp_path: Path,
-        config: str,
-        *args: str,
-        watchdog_usec: int = 0,
-        profile: str = "rk3588",
-    ) -> None:
-        self.root = tmp_path / "board"
-        self.config = tmp_path / "mcpd.toml"
-        self.config.write_text(config)
-        self.log = tmp_path / "daemon.log"
-        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.notify.bind(str(tmp_path / "notify.sock"))
-        self.messages: list[str] = []
-        env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"))
-        if watchdog_usec:
-            env["WATCHDOG_USEC"] = str(watchdog_usec)
-        command = [
-            sys.executable,
-            "-m",
-            "mcpd",
-            "run",
-            "--config",
-            str(self.config),
-            "--simulate",
-            profile,
-            "--sim-root",
-            str(self.root),
-            "--sim-speed",
-            "10",
-            *args,
-        ]
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(command, cwd=PROJECT, env=env, stderr=log)
-
-    def receive(self, until: Callable[[str], bool], timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.notify.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                message = self.notify.recv(4096).decode()
-            except TimeoutError:
-                break
-            self.messages.append(message)
-            if until(message):
-                return message
-        raise AssertionError(
-            f"no matching notify message in {timeout} s; got {self.messages[-5:]}\n{self.log.read_text()}"
-        )
-
-    def drain(self) -> None:
-        self.notify.setblocking(False)
-        try:
-            while True:
-                self.messages.append(self.notify.recv(4096).decode())
-        except BlockingIOError:
-            pass
-        finally:
-            self.notify.setblocking(True)
-
-    def wait_for(self, condition: Callable[[], bool], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            self.drain()
-            assert time.monotonic() < deadline, self.log.read_text()
-            assert self.process.poll() is None, f"daemon exited:\n{self.log.read_text()}"
-            time.sleep(0.05)
-
-    def cap(self, rel: str) -> int:
-        # The daemon truncates, then writes: a read in between sees an empty file.
-        while not (text := (self.root / rel).read_text()):
-            time.sleep(0.01)
-        return int(text)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=10)
-        self.notify.close()
 
 
 @pytest.fixture
@@ -230,7 +144,7 @@ def test_invalid_config_at_start_exits_with_the_problem(tmp_path: Path) -> None:
     config = tmp_path / "mcpd.toml"
     config.write_text("[sampling]\ntemperature_ms = 0\n")
     result = subprocess.run(
-        [sys.executable, "-m", "mcpd", "run", "--config", str(config), "--simulate", "rk3588"],
+        mcpd_run(config, "--simulate", "rk3588"),
         cwd=PROJECT,
         capture_output=True,
         text=True,

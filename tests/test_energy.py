@@ -18,7 +18,7 @@ from tests.mqtt_status import placement
 from tests.serving_models import scale
 from tests.serving_server import Served as Server
 from tests.serving_server import config, status_document
-from tests.test_loop import board_with_meter, make_loop, run_for, set_power
+from tests.support.loop import board_with_meter, make_loop, run_for, set_power
 
 
 def test_energy_is_split_by_inference_time_and_idle_energy_is_nobodys() -> None:
@@ -61,7 +61,7 @@ def test_the_loop_integrates_board_energy(fake: FakeSysfs) -> None:
 
 
 def test_the_status_document_carries_joules_per_inference() -> None:
-    from tests.test_status_thermal import snapshot
+    from tests.support.snapshots import snapshot
 
     stats = {"m": ModelStats(True, requests=3), "n": ModelStats(True)}
     document = status.document(

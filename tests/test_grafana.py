@@ -6,61 +6,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from mcpd.serving.metrics import Exposition
 from tests.conftest import PROJECT
-from tests.test_metrics import STATS, full_document
+from tests.support.dashboards import expressions, references
+from tests.support.metrics import exported
 
 DASHBOARDS = sorted((PROJECT / "examples").glob("grafana-*.json"))
 PROMETHEUS_LABELS = {"instance", "job"}
 """Added by Prometheus to every series it scrapes."""
 PROMETHEUS_SERIES = {"up": set[str]()}
 """Written by Prometheus for every target: 1 when the scrape worked."""
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-            "unless", "offset"}  # fmt: skip
-
-
-def exported() -> dict[str, set[str]]:
-    """Every series name in a full scrape, with its label names."""
-    body, _ = Exposition(full_document, lambda: STATS).render("")
-    series: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            series.setdefault(sample.name, set()).update(sample.labels)
-    return series
-
-
-def expressions(dashboard: dict[str, Any]) -> list[str]:
-    found = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    for variable in dashboard["templating"]["list"]:
-        if variable["type"] == "query":
-            # label_values(SELECTOR, LABEL): the selector is PromQL, the label is a label
-            call = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", variable["definition"])
-            assert call, variable["definition"]
-            selector, label = call.groups()
-            found += [selector, f'{selector.split("{")[0]}{{{label}=~".*"}}']
-    return found
-
-
-def references(expr: str) -> list[tuple[str, set[str]]]:
-    """(series name, label names matched on it) for every series the expression selects."""
-    text = re.sub(r"\$\w+", "", expr)  # Grafana variables
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)  # label values
-    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
-    text = re.sub(r"\b\d+(?:\.\d+)?(?:e[+-]?\d+)?\b", "", text)  # numbers
-    text = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", text)  # grouping label lists
-    found = []
-    for match in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?\s*(\()?", text):
-        name, matchers, call = match.groups()
-        if call or name in KEYWORDS:
-            continue  # a function or aggregation
-        labels = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", matchers or ""))
-        found.append((name, labels))
-    return found
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)

@@ -28,7 +28,8 @@ from tests.conftest import PROJECT
 from tests.mqtt_broker import Mosquitto, free_port, mosquitto_binary
 from tests.mqtt_status import FakeBoard
 from tests.stores import Engine, Prometheus, VictoriaMetrics, VMAgent, binary
-from tests.test_grafana import exported, expressions, references
+from tests.support.dashboards import expressions, references
+from tests.support.metrics import exported
 
 pytestmark = [
     pytest.mark.skipif(mosquitto_binary() is None, reason="needs mosquitto (tests/run)"),

@@ -16,8 +16,9 @@ import pytest
 from mcpd.config import DaemonSection
 from mcpd.governor import instance
 from mcpd.listen import listener_at
+from tests.boards import POLICY4
 from tests.conftest import PROJECT
-from tests.test_daemon import POLICY4, RunningDaemon
+from tests.support.daemon import RunningDaemon
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ import pytest
 from mcpd.demo import MODEL
 from mcpd.logs import JournalFormatter, to_journal
 from tests.conftest import PROJECT
-from tests.test_daemon import RunningDaemon
+from tests.support.daemon import RunningDaemon
+from tests.support.waiting import wait_until
 
 
 def stream_id(path: Path) -> str:
@@ -64,9 +64,7 @@ def test_mcpd_writes_prefixes_to_the_journal_stream(tmp_path: Path) -> None:
         ]
         process = subprocess.Popen(command, cwd=PROJECT, env=env, stderr=stderr)
     try:
-        deadline = time.monotonic() + 30
-        while "simulating" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: "simulating" in log.read_text(), 30, "the simulator's first line")
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=10)

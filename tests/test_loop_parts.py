@@ -24,8 +24,9 @@ from mcpd.governor.freshness import Freshness
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.rediscovery import Governability, RediscoveryTrigger
+from tests.boards import POLICY4
 from tests.fakesys import FakeSysfs
-from tests.test_loop import POLICY4, board_with_meter, cap
+from tests.support.loop import board_with_meter, cap
 
 
 def recorder() -> tuple[EventBus, list[Event]]:

@@ -3,7 +3,6 @@ labels, values against the status document, and the content negotiation."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any, get_args
 
 import pytest
@@ -16,29 +15,10 @@ from prometheus_client.utils import floatToGoString
 
 from mcpd.families import BOUNDS, GOVERNOR_STATES
 from mcpd.serving.metrics import Exposition
-from mcpd.serving.statistics import Recorder, Timing
-from mcpd.snapshot import LATENCY_BUCKETS_S, ModelStats, Statistics
+from mcpd.snapshot import LATENCY_BUCKETS_S, ModelStats
 from mcpd.status import GovernorState
 from tests.serving_server import status_document
-
-
-def recorded() -> Statistics:
-    """A real recorder's snapshot: one batch of 3 rows, three requests answered, one failed."""
-    recorder = Recorder(wall=lambda: 1.7e9)
-    recorder.executed(3, input_ns=10_000, infer_ns=1_000_000, output_ns=5_000)
-    for request_ns, queue_ns in ((1_500_000, 300_000), (2_500_000, 150_000), (50_000_000, 0)):
-        recorder.succeeded(request_ns, Timing(queue_ns, 10_000, 1_000_000, 5_000))
-    recorder.failed(400_000)
-    return recorder.snapshot()
-
-
-RECORDED = recorded()
-STATS = {
-    "m": ModelStats(
-        True, requests=4, errors=1, queue_depth=3, statistics=RECORDED, latency=RECORDED.latency
-    ),
-    "broken": ModelStats(False),
-}
+from tests.support.metrics import STATS, full_document
 
 
 def scrape(document: dict[str, Any], accept: str = "") -> tuple[dict[str, Metric], str]:
@@ -192,17 +172,6 @@ def test_unknown_values_are_absent_not_zero() -> None:
                  "mcpd_domain_frequency_hertz", "mcpd_thermal_headroom_ratio"):  # fmt: skip
         assert not families[name].samples, name
     assert samples(families["mcpd_domain_cap_hertz"])  # the rest of the domain is there
-
-
-def full_document() -> dict[str, Any]:
-    """The test document with every optional field the exposition reads."""
-    document = copy.deepcopy(status_document())
-    document["power_estimated"] = True
-    document["thermal"] = {"headroom": 0.8, "seconds_to_throttle": 42}
-    document["governor"].update(policy="adaptive", profile="quiet", external_cap_changes=2)
-    document["serving"] = {"restarts": 3}
-    document["inference"] = {"m": {"joules_per_inference": 0.125}}
-    return document
 
 
 def test_estimated_power_headroom_and_the_efficiency_fields() -> None:

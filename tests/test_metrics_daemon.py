@@ -18,8 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mcpd.client import Client
 from mcpd.demo import MODEL
 from tests.mqtt_broker import free_port
-from tests.test_daemon import RunningDaemon
-from tests.test_supervisor import new_child, ready, serving_pid
+from tests.support.daemon import RunningDaemon, models_ready, new_child, serving_pid
 
 REQUESTS = 5
 
@@ -61,7 +60,7 @@ def demo_daemon(tmp_path: Path) -> tuple[RunningDaemon, Path, int]:
         f'[[models]]\nname = "demo"\npath = "{MODEL}"\nmax_batch = 4\n',
     )
     try:
-        running.wait_for(lambda: ready(sock, "demo"), 60)
+        running.wait_for(lambda: models_ready(sock, "demo"), 60)
     except BaseException:
         running.close()
         raise

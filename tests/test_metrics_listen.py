@@ -4,9 +4,7 @@ from the governor's stand-in."""
 
 from __future__ import annotations
 
-import select
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,9 @@ from mcpd.listen import SocketError, bind_tcp, bind_tcp_listeners, tcp_address
 from mcpd.serving.service import METRICS_CONNECTIONS
 from tests.mqtt_broker import free_port
 from tests.serving_server import Served, config
+from tests.support.clock import FakeClock
+from tests.support.standin import ask
+from tests.support.waiting import wait_until
 
 
 def parse_metrics(**metrics: object) -> config_module.Config:
@@ -63,35 +64,6 @@ def test_a_listener_that_cannot_be_bound_closes_those_bound_before_it() -> None:
     bind_tcp(tcp_address(f"127.0.0.1:{free}"), "again").close()  # the first one was closed
 
 
-class Clock:
-    now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def ask(standin: StandIn, address: tuple[str, int] | str, request: bytes) -> str:
-    """Send one request to the stand-in and run it until the answer is complete."""
-    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
-    with socket.socket(family) as client:
-        client.connect(address)
-        client.sendall(request)
-        client.setblocking(False)
-        answer, deadline = b"", time.monotonic() + 10
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select(standin.fds(), [], [], 0.05)
-            for fd in readable:
-                standin.ready(fd)
-            try:
-                data = client.recv(65536)
-            except BlockingIOError:
-                continue
-            if not data:  # the stand-in closes its side after the answer
-                return answer.decode()
-            answer += data
-        raise AssertionError(f"no complete answer: {answer!r}")
-
-
 def test_during_a_crash_loop_the_metrics_port_answers_503_and_nothing_else(tmp_path: Path) -> None:
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(str(tmp_path / "s.sock"))
@@ -101,7 +73,7 @@ def test_during_a_crash_loop_the_metrics_port_answers_503_and_nothing_else(tmp_p
     metrics = bind_tcp(tcp_address(f"127.0.0.1:{port}"), "[metrics] listen")
     status = {"temperature_c": 70.0}
     standin = StandIn([unix], lambda: status, lambda: ("the serving process exited (signal SIGSEGV)", 4.0),
-                      Clock(), metrics=metrics)  # fmt: skip
+                      FakeClock(100.0), metrics=metrics)  # fmt: skip
     try:
         scrape = ask(standin, ("127.0.0.1", port), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert scrape.startswith("HTTP/1.1 503 ")
@@ -126,7 +98,7 @@ def test_clients_that_do_not_read_cannot_hold_the_stand_in(tmp_path: Path) -> No
     unix.bind(path)
     unix.listen(MAX_CONNECTIONS + 16)
     unix.setblocking(False)
-    clock = Clock()
+    clock = FakeClock(100.0)
     standin = StandIn([unix], lambda: {"temperature_c": 70.0}, lambda: ("exited", 4.0), clock)
     hogs = []
     try:
@@ -160,10 +132,8 @@ def test_the_metrics_port_has_a_connection_cap_of_its_own(
             waiting.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             scrapes = served.service.scrapes
             assert scrapes is not None
-            deadline = time.monotonic() + 10
-            while not scrapes.capped:  # the ninth waits in the backlog
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            # the ninth waits in the backlog
+            wait_until(lambda: scrapes.capped, 10, "the scrapes capped", interval=0.01)
             assert scrapes.open == METRICS_CONNECTIONS
             with served.client() as client:  # the socket's cap (2) does not count them
                 assert client.live()

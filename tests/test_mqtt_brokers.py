@@ -26,6 +26,7 @@ from tests.mqtt_broker import (
     server_certificate,
     settings,
 )
+from tests.support.waiting import wait_until
 
 T = "mcpd/b1/telemetry"
 needs_mosquitto = pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
@@ -125,13 +126,6 @@ def test_mcpctl_status_says_which_broker_telemetry_goes_to_and_since_when() -> N
     assert lines(None) == []  # MQTT off
 
 
-def wait_until(condition: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 @needs_mosquitto
 def test_a_board_moves_to_the_next_broker_when_its_own_goes_and_loses_nothing(
     tmp_path: Path,
@@ -196,5 +190,7 @@ def test_tls_checks_each_broker_against_its_own_name(
         brokers[first.port].start()
         wrong = [f"127.0.0.1:{a.port}"]  # a's certificate does not name 127.0.0.1
         with publishing(settings(a, brokers=wrong, tls=board_tls), tmp_path / "board"):
-            wait_until(lambda: "broker certificate not trusted" in caplog.text)
+            wait_until(
+                lambda: "broker certificate not trusted" in caplog.text, 15, "the refusal logged"
+            )
     assert "IP address mismatch" in caplog.text

@@ -37,6 +37,8 @@ from tests.conftest import PROJECT
 from tests.engines import Haproxy, Node, missing
 from tests.mqtt_broker import Received, Recorder, publishing, recording, settings
 from tests.mqtt_clusters import EjabberdCluster, NatsCluster
+from tests.support.daemon import DaemonProcess, simulated
+from tests.support.waiting import wait_until
 
 HEARTBEAT_S = 1
 BOARDS = 6
@@ -152,23 +154,9 @@ def daemon(
         f'username = "{USER}"\npassword_file = "{password_file}"\n'
         f"telemetry_ms = 200\nheartbeat_s = {HEARTBEAT_S}\nreconnect_max_s = 2\n"
     )
-    command = [sys.executable, "-m", "mcpd", "run", "--simulate", "jetson-orin-nano"]
-    command += ["--sim-root", str(tmp_path / "victim"), "--config", str(config)]
-    with open(tmp_path / "victim.log", "wb") as log:
-        process = subprocess.Popen(command, cwd=PROJECT, stderr=log)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.05)
+    board = simulated("jetson-orin-nano", tmp_path / "victim")
+    with DaemonProcess(config, *board, log=tmp_path / "victim.log") as victim:
+        yield victim.process
 
 
 def telemetry(messages: list[Received]) -> dict[str, list[Received]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from mcpd.ctl import main
-from tests.conftest import PROJECT
 from tests.mqtt_broker import Mosquitto, free_port, mosquitto_binary, recording
+from tests.support.daemon import DaemonProcess, simulated
 
 pytestmark = pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
 
@@ -44,26 +43,9 @@ def running(tmp_path: Path, mqtt: str) -> Iterator[subprocess.Popen[bytes]]:
     """The daemon on a simulated Jetson Orin Nano, as device sim1, with these [mqtt] keys."""
     config = tmp_path / "mcpd.toml"
     config.write_text(f'[mqtt]\nenabled = true\ndevice_id = "sim1"\ntelemetry_ms = 250\n{mqtt}')
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "run",
-        "--simulate",
-        "jetson-orin-nano",
-        "--sim-root",
-        str(tmp_path / "board"),
-        "--config",
-        str(config),
-    ]
-    with open(tmp_path / "daemon.log", "wb") as log:
-        process = subprocess.Popen(command, cwd=PROJECT, stderr=log)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
+    board = simulated("jetson-orin-nano", tmp_path / "board")
+    with DaemonProcess(config, *board, log=tmp_path / "daemon.log") as daemon:
+        yield daemon.process
 
 
 def retained_status(broker: Mosquitto) -> bytes:

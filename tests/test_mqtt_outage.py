@@ -18,6 +18,7 @@ import pytest
 from mcpd.events import Event
 from tests.mqtt_broker import Mosquitto, Recorder, mosquitto_binary, publishing, recording, settings
 from tests.mqtt_status import FakeBoard
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
 
@@ -35,13 +36,6 @@ def broker(tmp_path: Path) -> Iterator[Mosquitto]:
 def fleet(broker: Mosquitto) -> Iterator[Recorder]:
     with recording(broker, T, E, session="fleet-consumer") as recorder:
         yield recorder
-
-
-def wait_until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def seqs(recorder: Recorder) -> list[int]:
@@ -111,11 +105,11 @@ def test_the_spool_outlives_a_daemon_restart_and_seq_carries_on(
     broker.stop()
     board = FakeBoard()
     with publishing(settings(broker), tmp_path, status=board) as publisher:
-        wait_until(lambda: board.calls >= 5)
+        wait_until(lambda: board.calls >= 5, 10, "5 samples")
         publisher.submit(Event("daemon", "stopping"))
     sampled_in_first_run = board.calls
     with publishing(settings(broker), tmp_path, status=board):  # same state dir
-        wait_until(lambda: board.calls >= sampled_in_first_run + 3)
+        wait_until(lambda: board.calls >= sampled_in_first_run + 3, 10, "3 more samples")
         broker.start()
         fleet.wait(lambda _: len(fleet.on(T)) >= sampled_in_first_run + 3, timeout=20)
     order = first_seen(seqs(fleet))
@@ -132,7 +126,7 @@ def test_a_full_spool_drops_the_oldest_telemetry_keeps_events_and_says_how_many(
     mqtt = settings(broker, spool_messages=10, telemetry_ms=100)
     with publishing(mqtt, tmp_path, status=board) as publisher:
         publisher.submit(Event("fault", "early fault"))
-        wait_until(lambda: board.calls >= 25)
+        wait_until(lambda: board.calls >= 25, 10, "25 samples")
         broker.start()
         fleet.wait(lambda _: len(fleet.on(E)) >= 1 and len(fleet.on(T)) >= 12, timeout=20)
     assert [m.json()["message"] for m in fleet.on(E)] == ["early fault"]

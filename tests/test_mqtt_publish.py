@@ -7,7 +7,6 @@ import itertools
 import json
 import logging
 import statistics
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tests.mqtt_broker import (
     settings,
 )
 from tests.mqtt_status import FakeBoard
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
 
@@ -43,13 +43,6 @@ def broker(tmp_path: Path) -> Iterator[Mosquitto]:
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return make_certificates(tmp_path_factory.mktemp("tls"))
-
-
-def wait_until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def wait_online(broker: Mosquitto) -> None:
@@ -240,7 +233,9 @@ def test_an_untrusted_broker_certificate_is_named_in_the_log(
         caplog.at_level(logging.WARNING, "mcpd.telemetry"),
         publishing(settings(broker, tls=tls), tmp_path),
     ):
-        wait_until(lambda: "broker certificate not trusted" in caplog.text)
+        wait_until(
+            lambda: "broker certificate not trusted" in caplog.text, 10, "the refusal logged"
+        )
     assert "check [mqtt.tls] ca_file" in caplog.text
 
 
@@ -261,7 +256,7 @@ def test_rejected_credentials_are_logged_clearly_and_retried_until_fixed(
             def refusals() -> list[logging.LogRecord]:
                 return [r for r in caplog.records if "refused the connection" in r.getMessage()]
 
-            wait_until(lambda: len(refusals()) >= 2)
+            wait_until(lambda: len(refusals()) >= 2, 10, "two refusals")
             first = refusals()[0]
             assert first.levelno == logging.WARNING
             assert "check [mqtt] username and password_file" in first.getMessage()
@@ -281,6 +276,6 @@ def test_a_failing_status_source_skips_samples_and_recovers(
         recording(broker, T) as recorder,
         publishing(settings(broker), tmp_path, status=board),
     ):
-        wait_until(lambda: "no usable status document" in caplog.text)
+        wait_until(lambda: "no usable status document" in caplog.text, 10, "the warning logged")
         board.fail = False
         assert recorder.wait_for(T)[0].json()["seq"] == 0

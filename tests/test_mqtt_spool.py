@@ -13,16 +13,8 @@ import pytest
 from mcpd.telemetry import journal
 from mcpd.telemetry import spool as spool_module
 from mcpd.telemetry.spool import SEQ_PER_S, SEQ_RESERVE, Spool
-from tests.test_sensor_files import within
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.support.clock import FakeClock
+from tests.support.waiting import within
 
 EVENTS = {"e": "fault", "g": "governor", "m": "model", "x": "a kind mcpd does not make"}
 
@@ -51,14 +43,14 @@ def drain(spool: Spool) -> list[bytes]:
 
 
 def test_messages_come_out_in_the_order_they_went_in() -> None:
-    spool = Spool(100, None, Clock())
+    spool = Spool(100, None, FakeClock())
     fill(spool, "ttetteet")
     assert drain(spool) == [b"t0", b"t1", b"e2", b"t3", b"t4", b"e5", b"e6", b"t7"]
     assert len(spool) == 0
 
 
 def test_when_full_the_oldest_telemetry_goes_first_while_it_holds_half_the_spool() -> None:
-    spool = Spool(4, None, Clock())
+    spool = Spool(4, None, FakeClock())
     fill(spool, "etttt")
     assert drain(spool) == [b"e0", b"t2", b"t3", b"t4"]
     fill(spool, "ettte")  # telemetry and events hold half each: the oldest telemetry went
@@ -69,7 +61,7 @@ def test_when_full_the_oldest_telemetry_goes_first_while_it_holds_half_the_spool
 
 
 def test_a_flood_of_one_kind_of_event_keeps_at_most_half_and_shares_it_with_the_others() -> None:
-    spool = Spool(10, None, Clock())
+    spool = Spool(10, None, FakeClock())
     fill(spool, "gttt" + "m" * 20 + "tt")  # model events in a loop, during an outage
     assert drain(spool) == [
         b"g0",
@@ -102,7 +94,7 @@ def test_a_flood_of_one_kind_of_event_keeps_at_most_half_and_shares_it_with_the_
 
 def test_the_byte_bound_shares_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spool_module, "MAX_BYTES", 12)  # six of fill's 2-byte payloads
-    spool = Spool(100, None, Clock())
+    spool = Spool(100, None, FakeClock())
     fill(spool, "tt" + "m" * 6 + "t")
     assert drain(spool) == [b"t0", b"t1", b"m5", b"m6", b"m7", b"t8"]
     assert spool.dropped == 3
@@ -110,38 +102,38 @@ def test_the_byte_bound_shares_the_same_way(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_each_event_keeps_its_kind_across_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     fill(spool, "gmmmx")
     spool.close()
-    again = Spool.open(path, 6, Clock())
+    again = Spool.open(path, 6, FakeClock())
     fill(again, "mt")  # full: the model events are the most, and the oldest of them goes
     assert drain(again) == [b"g0", b"m2", b"m3", b"x4", b"m0", b"t1"]
 
 
 def test_a_clean_close_keeps_what_is_owed_and_the_exact_next_seq(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     first = spool.next_seq()
     assert [spool.next_seq() for _ in range(2)] == [first + 1, first + 2]
     ids = fill(spool, "tetet")
     spool.remove(ids[0])
     spool.remove(ids[1])
     spool.close()
-    again = Spool.open(path, 100, Clock())
+    again = Spool.open(path, 100, FakeClock())
     assert again.next_seq() == first + 3
     assert drain(again) == [b"t2", b"e3", b"t4"]
 
 
 def test_a_crash_loses_nothing_that_waited_and_never_reuses_a_seq(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     issued = [spool.next_seq() for _ in range(5)]
     ids = fill(spool, "ttete")
     spool.persist(cursor=0)  # disconnected: all of it waits
     spool.remove(ids[0])  # delivered after the journal had it
     spool.persist(cursor=0)
     # No close(): the process died. The page cache has the journal.
-    again = Spool.open(path, 100, Clock())
+    again = Spool.open(path, 100, FakeClock())
     assert drain(again) == [b"t1", b"e2", b"t3", b"e4"]
     assert again.next_seq() > max(issued)
     assert again.next_seq() <= max(issued) + SEQ_RESERVE + 2
@@ -149,18 +141,18 @@ def test_a_crash_loses_nothing_that_waited_and_never_reuses_a_seq(tmp_path: Path
 
 def test_messages_handed_to_the_broker_stay_off_disk_until_the_link_fails(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     ids = fill(spool, "ttt")
     spool.persist(cursor=ids[-1])  # all three in flight: nothing to journal
-    assert drain(Spool.open(path.with_name("copy"), 100, Clock())) == []
+    assert drain(Spool.open(path.with_name("copy"), 100, FakeClock())) == []
     assert path.stat().st_size == len(journal.MAGIC) + len(journal.seq_frame(0))  # seq only
     spool.persist(cursor=0)  # the link failed before the acks: now they wait
-    assert drain(Spool.open(path, 100, Clock())) == [b"t0", b"t1", b"t2"]
+    assert drain(Spool.open(path, 100, FakeClock())) == [b"t0", b"t1", b"t2"]
 
 
 def test_the_file_shrinks_back_once_everything_is_delivered(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 1000, Clock())
+    spool = Spool.open(path, 1000, FakeClock())
     fill(spool, "t" * 300)
     spool.persist(cursor=0)
     assert path.stat().st_size > 300 * 10
@@ -173,7 +165,7 @@ def test_fsync_waits_for_its_period(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     synced: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
-    clock = Clock()
+    clock = FakeClock()
     spool = Spool.open(tmp_path / "telemetry.spool", 100, clock)
     synced.clear()
     fill(spool, "t")
@@ -186,7 +178,7 @@ def test_fsync_waits_for_its_period(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_shrinking_the_spool_drops_the_oldest_telemetry(tmp_path: Path) -> None:
-    spool = Spool(100, None, Clock())
+    spool = Spool(100, None, FakeClock())
     fill(spool, "tettt")
     spool.resize(3)
     assert spool.dropped == 2
@@ -238,19 +230,19 @@ def test_a_damaged_file_costs_only_the_damaged_frames_and_is_set_aside(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object, kept: int, problem: str
 ) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     fill(spool, "tetet")
     spool.persist(cursor=0)
     path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
     with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
-        again = Spool.open(path, 100, Clock())
+        again = Spool.open(path, 100, FakeClock())
     assert len(drain(again)) == kept
     aside = tmp_path / "telemetry.spool.corrupt"
     assert aside.exists()
     assert problem in caplog.text and aside.name in caplog.text
     fill(again, "t")  # and the fresh file works
     again.close()
-    assert drain(Spool.open(path, 100, Clock())) == [b"t0"]
+    assert drain(Spool.open(path, 100, FakeClock())) == [b"t0"]
 
 
 def test_an_unusable_state_dir_means_memory_only_with_a_log_line(
@@ -259,7 +251,7 @@ def test_an_unusable_state_dir_means_memory_only_with_a_log_line(
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     with caplog.at_level(logging.ERROR, "mcpd.telemetry"):
-        spool = Spool.open(blocker / "telemetry.spool", 100, Clock())
+        spool = Spool.open(blocker / "telemetry.spool", 100, FakeClock())
     assert "in memory only" in caplog.text and str(blocker) in caplog.text
     fill(spool, "te")
     spool.persist(cursor=0)
@@ -277,7 +269,7 @@ def test_a_large_spool_is_streamed_and_replayed_within_the_bound(tmp_path: Path)
         file.write(journal.done_frame(range(1, 7951)))
     tracemalloc.start()
     try:
-        spool = Spool.open(path, 20, Clock())
+        spool = Spool.open(path, 20, FakeClock())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -292,22 +284,22 @@ def test_a_fifo_or_a_symlink_as_the_spool_is_refused_without_blocking(
     path = tmp_path / "telemetry.spool"
     os.mkfifo(path)
     with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
-        spool = within(30, lambda: Spool.open(path, 100, Clock()))
+        spool = within(30, lambda: Spool.open(path, 100, FakeClock()))
     assert "not a regular file (a FIFO)" in caplog.text
     fill(spool, "t")
     spool.close()
-    assert drain(Spool.open(path, 100, Clock())) == [b"t0"]
+    assert drain(Spool.open(path, 100, FakeClock())) == [b"t0"]
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     path.unlink()
     path.symlink_to(victim)
     (tmp_path / "telemetry.spool.tmp").symlink_to(victim)  # the name temporaries once had
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     fill(spool, "t")
     spool.persist(cursor=0)
     spool.close()
     assert victim.read_text() == "precious\n"
-    assert not path.is_symlink() and drain(Spool.open(path, 100, Clock())) == [b"t0"]
+    assert not path.is_symlink() and drain(Spool.open(path, 100, FakeClock())) == [b"t0"]
 
 
 def wall(seconds: float) -> Callable[[], float]:
@@ -315,7 +307,7 @@ def wall(seconds: float) -> Callable[[], float]:
 
 
 def test_seq_starts_from_the_clock_floor_without_a_record(tmp_path: Path) -> None:
-    spool = Spool.open(tmp_path / "telemetry.spool", 100, Clock(), wall=wall(1000.0))
+    spool = Spool.open(tmp_path / "telemetry.spool", 100, FakeClock(), wall=wall(1000.0))
     assert spool.next_seq() == 1000 * SEQ_PER_S
 
 
@@ -333,13 +325,13 @@ def test_any_doubt_about_the_seq_record_jumps_forward(
     tmp_path: Path, harm: Callable[[Path], object], caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock(), wall=wall(100.0))
+    spool = Spool.open(path, 100, FakeClock(), wall=wall(100.0))
     issued = [spool.next_seq() for _ in range(1500)]  # past the first reservation
     fill(spool, "t")
     spool.persist(cursor=0)  # then a crash
     harm(tmp_path / "telemetry.seq")
     with caplog.at_level(logging.WARNING, "mcpd.telemetry"):
-        again = within(30, lambda: Spool.open(path, 100, Clock(), wall=wall(100.0)))
+        again = within(30, lambda: Spool.open(path, 100, FakeClock(), wall=wall(100.0)))
     assert again.next_seq() > max(issued)
     assert "so that no number is used twice" in caplog.text
     assert drain(again) == [b"t0"]
@@ -349,7 +341,7 @@ def test_a_reservation_that_cannot_be_saved_leaves_no_stale_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock(), wall=wall(100.0))
+    spool = Spool.open(path, 100, FakeClock(), wall=wall(100.0))
     assert (tmp_path / "telemetry.seq").exists()
 
     def full_disk(target: Path, data: bytes) -> None:
@@ -359,7 +351,7 @@ def test_a_reservation_that_cannot_be_saved_leaves_no_stale_record(
     issued = [spool.next_seq() for _ in range(1500)]  # the second reservation fails
     assert not (tmp_path / "telemetry.seq").exists()
     monkeypatch.undo()
-    again = Spool.open(path, 100, Clock(), wall=wall(100.0))  # after a crash
+    again = Spool.open(path, 100, FakeClock(), wall=wall(100.0))  # after a crash
     assert again.next_seq() > max(issued)
 
 
@@ -367,7 +359,7 @@ def test_a_fifo_put_in_place_of_the_spool_at_run_time_never_blocks(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     path.unlink()
     os.mkfifo(path)
     fill(spool, "tt")
@@ -381,9 +373,9 @@ def test_a_message_too_large_for_a_frame_waits_in_memory_and_the_rest_on_disk(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "telemetry.spool"
-    spool = Spool.open(path, 100, Clock())
+    spool = Spool.open(path, 100, FakeClock())
     spool.add("event", b"e" * journal.MAX_BODY)
     fill(spool, "t")
     spool.persist(cursor=0)
-    assert [len(p) for p in drain(Spool.open(path, 100, Clock()))] == [2]  # "t0" was journaled
+    assert [len(p) for p in drain(Spool.open(path, 100, FakeClock()))] == [2]  # "t0" was journaled
     assert [len(p) for p in drain(spool)] == [journal.MAX_BODY, 2]

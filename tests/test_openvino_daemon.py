@@ -5,11 +5,9 @@ and the status document (to its contract), /metrics, `mcpctl status`, `mcpctl mo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +16,12 @@ import pytest
 
 from mcpd import ctl
 from mcpd.client import Client
+from mcpd.shapes import mismatches
 from mcpd.status import StatusDocument
 from tests.conftest import PROJECT
 from tests.serving_models import ir, scale
-from tests.test_serving_openvino import BLOCKED, DEFAULT_PRECISION
-from tests.test_status_contract import mismatches
+from tests.support.daemon import DaemonProcess, simulated
+from tests.support.openvino_cpu import BLOCKED, DEFAULT_PRECISION
 
 CAPABILITIES = [str(c) for c in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
 
@@ -37,17 +36,11 @@ def test_the_daemon_serves_an_ir_and_every_report_names_device_and_precision(
         f'[daemon]\nsocket = "{sock}"\nstate_dir = "{tmp_path / "state"}"\n'
         f'[[models]]\nname = "ov"\npath = "{model}"\n[models.openvino]\nthreads = 1\n'
     )
-    log = tmp_path / "daemon.log"
-    command = [sys.executable, "-m", "mcpd", "run", "--config", str(cfg), "--simulate",
-               "x86-intel", "--sim-root", str(tmp_path / "board")]  # fmt: skip
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr, env=dict(os.environ))
+    daemon = DaemonProcess(
+        cfg, *simulated("x86-intel", tmp_path / "board"), log=tmp_path / "daemon.log"
+    )
     try:
-        deadline = time.monotonic() + 60
-        while not (sock.exists() and _ready(str(sock))):
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        daemon.wait_until(lambda: sock.exists() and _ready(str(sock)), 60, "the IR served")
         with Client(str(sock)) as client:
             x = np.ones((3, 4), np.float32)
             np.testing.assert_array_equal(client.infer("ov", {"x": x})["double"], 2 * x)
@@ -70,8 +63,8 @@ def test_the_daemon_serves_an_ir_and_every_report_names_device_and_precision(
         assert ctl.main(["models", "--socket", str(sock), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)[0]["openvino"] == wanted
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0, log.read_text()
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(30) == 0, daemon.log_text()
 
 
 def _ready(sock: str) -> bool:

@@ -10,7 +10,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,17 +26,13 @@ from mcpd.optimize.background import BuildError, Built, Optimizer, cache_key
 from mcpd.schema import build
 from mcpd.serving.backends.openvino import stored_precision
 from mcpd.serving.loads import Target
-from mcpd.snapshot import Snapshot
 from tests import optimize_models as models
 from tests.mqtt_status import placement
 from tests.serving_server import Served, config
+from tests.support.snapshots import snapshot
+from tests.support.waiting import wait_until
 
-
-def _wait(condition: Callable[[], bool], timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+DONE = "the optimization done or failed"
 
 
 def _optimized_event(events: list[Event]) -> Event | None:
@@ -72,24 +67,9 @@ def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Ser
 
         def board_status() -> dict[str, Any]:
             """The daemon's status document for an idle board with these models' stats."""
-            snapshot = Snapshot(
-                ts=1.0,
-                platform="x86",
-                model="test",
-                temperature_c=50.0,
-                power_w=None,
-                power_estimated=False,
-                metered=False,
-                temperatures={},
-                powers={},
-                domains=(),
-                state="holding",
-                profile="default",
-                last_action=None,
-                batch={},
-            )
+            idle = snapshot(ts=1.0, platform="x86", model="test", temperature_c=50.0)
             stats = holder[0].service.stats()
-            return status.document(snapshot, stats, {}, {}, {}, placement=placement())
+            return status.document(idle, stats, {}, {}, {}, placement=placement())
 
         served = Served(cfg, status=board_status)
         holder.append(served)
@@ -118,7 +98,7 @@ def test_original_serves_then_the_optimized_model_swaps_in_and_is_cached(
     served = served_factory(setup)
     served.wait_settled()
     before = _infer(served)  # the original, while the optimizer runs
-    _wait(lambda: _optimized_event(served.events) is not None or bool(_failed_event(served.events)))
+    wait_until(lambda: _optimized_event(served.events) or _failed_event(served.events), 240, DONE)
     assert _failed_event(served.events) is None
     stats = served.service.stats()["cnn"]
     summary = stats.detail["optimized"]
@@ -144,7 +124,7 @@ def test_original_serves_then_the_optimized_model_swaps_in_and_is_cached(
     monkeypatch.setattr(Optimizer, "command", lambda self, model, out: ["false"])
     again = served_factory(setup)
     again.wait_settled()
-    _wait(lambda: _optimized_event(again.events) is not None or bool(_failed_event(again.events)))
+    wait_until(lambda: _optimized_event(again.events) or _failed_event(again.events), 240, DONE)
     assert _failed_event(again.events) is None
     assert again.service.stats()["cnn"].detail["optimized"] == summary
 
@@ -158,7 +138,7 @@ def test_an_openvino_build_is_served_by_the_openvino_backend_with_the_models_opt
     served = served_factory(model)
     served.wait_settled()
     before = _infer(served)  # the ONNX file through OpenVINO, while the optimizer runs
-    _wait(lambda: _optimized_event(served.events) is not None or bool(_failed_event(served.events)))
+    wait_until(lambda: _optimized_event(served.events) or _failed_event(served.events), 240, DONE)
     assert _failed_event(served.events) is None
     event = _optimized_event(served.events)
     assert event is not None and "(openvino)" in event.message
@@ -209,7 +189,7 @@ def test_a_failed_build_is_an_event_and_the_original_serves_on(
     wrong = models.npy_folder(tmp_path / "wrong", [np.zeros((3, 8, 8), np.float32)] * 3)
     served = served_factory({**setup, "calibration": str(wrong)})
     served.wait_settled()
-    _wait(lambda: _failed_event(served.events) is not None)
+    wait_until(lambda: _failed_event(served.events), 240, "the optimization's failure")
     event = _failed_event(served.events)
     assert event is not None
     assert "optimization failed, the original serves on" in event.message
@@ -279,7 +259,7 @@ def test_a_damaged_cache_entry_is_rebuilt_once_and_unused_entries_are_pruned(
     whole. Entries no configured model uses, and scratch folders of builds that are gone, are
     removed at start."""
     first = served_factory(setup)
-    _wait(lambda: _optimized_event(first.events) is not None or bool(_failed_event(first.events)))
+    wait_until(lambda: _optimized_event(first.events) or _failed_event(first.events), 240, DONE)
     first.close()
     cache = tmp_path / "state" / "optimized"
     (entry,) = cache.iterdir()
@@ -294,21 +274,19 @@ def test_a_damaged_cache_entry_is_rebuilt_once_and_unused_entries_are_pruned(
         patch.setattr(Optimizer, "command", lambda self, model, out: ["false"])
         again = served_factory(setup)
         states = ("failed", "optimize-failed")
-        _wait(lambda: any(e.data.get("state") in states for e in again.events))
+        wait_until(lambda: any(e.data.get("state") in states for e in again.events), 240, "a state")
         assert [e.data.get("state") for e in again.events if e.data.get("model")] == [
             "ready",
             "optimize-failed",
         ]  # no "reload failed" of an empty file
         damaged = [r.message for r in caplog.records if "is damaged" in r.message]
         assert len(damaged) == 1 and "cnn.fp32.onnx has 0 bytes, result.json says" in damaged[0]
-        _wait(lambda: not unused.exists() and not stale.exists())
+        wait_until(lambda: not unused.exists() and not stale.exists(), 240, "the cache pruned")
         assert not entry.exists() and "optimized" not in again.service.stats()["cnn"].detail
         again.close()
 
     rebuilt = served_factory(setup)
-    _wait(
-        lambda: _optimized_event(rebuilt.events) is not None or bool(_failed_event(rebuilt.events))
-    )
+    wait_until(lambda: _optimized_event(rebuilt.events) or _failed_event(rebuilt.events), 240, DONE)
     assert _failed_event(rebuilt.events) is None
     result = json.loads((entry / "result.json").read_text())
     assert result["bytes"] == model.stat().st_size > 0

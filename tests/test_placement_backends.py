@@ -16,7 +16,7 @@ from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from mcpd.serving.backends.onnxrt import thread_affinities
 from mcpd.serving.backends.openvino import compile_options
-from tests.test_placement_daemon import allowed
+from tests.support.affinity import allowed
 
 IMAGE = np.zeros((2, 3, 64, 64), np.float32)
 HERE = tuple(sorted(os.sched_getaffinity(0)))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,19 +23,9 @@ from mcpd.sim import STATE_FILE
 from sensors import cpulist
 from sensors.topology import CpuTopology
 from tests.conftest import PROJECT
-
-
-def allowed(pid: int) -> dict[int, frozenset[int]]:
-    """Each thread of `pid` -> the CPUs it may run on (Cpus_allowed_list, proc(5))."""
-    found = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as status:
-                line = next(x for x in status if x.startswith("Cpus_allowed_list:"))
-        except (OSError, StopIteration):
-            continue  # the thread ended meanwhile
-        found[int(tid)] = cpulist.parse(line.split(":", 1)[1]) or frozenset()
-    return found
+from tests.support.affinity import allowed
+from tests.support.daemon import DaemonProcess, models_ready
+from tests.support.waiting import wait_until
 
 
 @contextmanager
@@ -54,32 +43,17 @@ def daemon(tmp_path: Path, extra: str = "", model: str = "") -> Iterator[Client]
         f'runtime_dir = "{tmp_path}/run"\n{extra}'
         f'[[models]]\nname = "demo"\npath = "{MODEL}"\n{model}'
     )
-    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115 (closed below)
-    run = None
     try:
-        while not (board / STATE_FILE).exists():
-            time.sleep(0.05)
-        command = [sys.executable, "-m", "mcpd", "run", "--config", str(tmp_path / "mcpd.toml")]
-        run = subprocess.Popen(command, cwd=PROJECT, stderr=log)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Client(str(sock), timeout=5) as client:
-                    if client.model_ready("demo"):
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()
-            assert run.poll() is None, (tmp_path / "daemon.log").read_text()
-            time.sleep(0.1)
-        with Client(str(sock), timeout=30) as client:
-            yield client
+        wait_until(lambda: (board / STATE_FILE).exists(), 120, "the simulated board")
+        with DaemonProcess(
+            tmp_path / "mcpd.toml", log=tmp_path / "daemon.log", stop_timeout=30
+        ) as run:
+            run.wait_until(lambda: models_ready(sock, "demo"), 60, "the demo model")
+            with Client(str(sock), timeout=30) as client:
+                yield client
     finally:
-        for process in (run, sim):
-            if process is not None:
-                process.terminate()
-                process.wait(30)
-        log.close()
+        sim.terminate()
+        sim.wait(30)
 
 
 def expected(extra: dict[str, Any]) -> plan.Plan:

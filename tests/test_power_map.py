@@ -29,7 +29,7 @@ from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.power_map import FILENAME, PowerMapStore
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 from tests.conftest import PROJECT
-from tests.test_loop import make_loop, run_for
+from tests.support.loop import make_loop, run_for
 
 BOARD = {"platform": "x86-amd", "model": None, "meters": ["rapl"], "domains": {"policy0": [1]}}
 HIGH = (("policy0", 2100.0),)

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from mcpd.governor import reloading
+from tests.boards import POLICY4
 from tests.conftest import PROJECT
-from tests.test_config import HOSTILE
-from tests.test_daemon import POLICY4, RunningDaemon
+from tests.support.configs import HOSTILE
+from tests.support.daemon import RunningDaemon
 
 
 @pytest.fixture

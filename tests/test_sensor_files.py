@@ -5,39 +5,18 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from sensors.sysfs import Attribute, parse_int, read_line
+from tests.boards import POLICY4
 from tests.fakesys import FakeSysfs
-from tests.test_loop import POLICY4, ZONE, board_with_meter, cap, make_loop, run_for, set_temp
+from tests.support.loop import ZONE, board_with_meter, cap, make_loop, run_for, set_temp
+from tests.support.waiting import within
 
 T = TypeVar("T")
-
-
-def within(seconds: float, call: Callable[[], T]) -> T:
-    """`call()` (its result or its exception), failing the test instead of hanging it if it
-    blocks."""
-    result: list[T] = []
-    raised: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(call())
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"blocked for {seconds} s"
-    if raised:
-        raise raised[0]
-    return result[0]
 
 
 @pytest.mark.parametrize(

@@ -3,18 +3,15 @@ the governor's batch size and the model's stats in the status document."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from mcpd.client import Client
 from mcpd.demo import MODEL
-from tests.conftest import PROJECT
+from tests.support.daemon import DaemonProcess, simulated
 
 
 def test_daemon_serves_the_demo_model_on_a_simulated_board(tmp_path: Path) -> None:
@@ -24,31 +21,18 @@ def test_daemon_serves_the_demo_model_on_a_simulated_board(tmp_path: Path) -> No
         f'[daemon]\nsocket = "{sock}"\nstate_dir = "{tmp_path / "state"}"\n'
         f'[[models]]\nname = "demo"\npath = "{MODEL}"\nmax_batch = 4\n'
     )
-    log = tmp_path / "daemon.log"
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "run",
-        "--config",
-        str(cfg),
-        "--simulate",
-        "jetson-orin-nano",
-        "--sim-root",
-        str(tmp_path / "board"),
-    ]
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(command, cwd=PROJECT, stderr=stderr, env=dict(os.environ))
+    daemon = DaemonProcess(
+        cfg, *simulated("jetson-orin-nano", tmp_path / "board"), log=tmp_path / "daemon.log"
+    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()
-            if sock.exists():
-                with Client(str(sock)) as client:
-                    if client.model_ready("demo") and client.status()["inference"]:
-                        break
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+
+        def serving() -> bool:
+            if not sock.exists():
+                return False
+            with Client(str(sock)) as client:
+                return bool(client.model_ready("demo") and client.status()["inference"])
+
+        daemon.wait_until(serving, 60, "the demo model served")
         with Client(str(sock)) as client:
             scores = client.infer("demo", {"image": np.zeros((3, 3, 64, 64), np.float32)})
             assert scores["scores"].shape == (3, 10)
@@ -59,16 +43,19 @@ def test_daemon_serves_the_demo_model_on_a_simulated_board(tmp_path: Path) -> No
         assert doc["inference"]["demo"]["requests"] >= 1
         # The board's energy is charged to the inferences run while it was spent (mcpd/governor/energy.py):
         # with requests arriving, the figure appears within a few reports of the serving process.
-        joules = None
         with Client(str(sock)) as client:
-            while joules is None:
+
+            def charged() -> dict[str, Any] | None:
                 client.infer("demo", {"image": np.zeros((1, 3, 64, 64), np.float32)})
-                joules = client.status()["inference"]["demo"]["joules_per_inference"]
-                assert time.monotonic() < deadline + 30, log.read_text()
-                time.sleep(0.05)
+                entry: dict[str, Any] = client.status()["inference"]["demo"]
+                return None if entry["joules_per_inference"] is None else entry
+
+            joules = daemon.wait_until(charged, 90, "joules_per_inference", interval=0.05)[
+                "joules_per_inference"
+            ]
         board_w = doc["power_w"]
         assert 0 < joules < board_w * 2  # at least a few inferences a second
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0, log.read_text()
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(30) == 0, daemon.log_text()
     assert not sock.exists()  # removed on a clean stop

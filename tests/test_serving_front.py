@@ -18,6 +18,7 @@ from mcpd.serving.http import MAX_HEADER_BYTES
 from mcpd.serving.request import UNCLAIMED_BYTES
 from tests.serving_models import scale
 from tests.serving_server import Served, config
+from tests.support.http import Reader
 
 INFER = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
 X = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}]})
@@ -37,37 +38,6 @@ def connect(served: Served) -> socket.socket:
     sock.settimeout(10)
     sock.connect(served.socket)
     return sock
-
-
-class Reader:
-    """Responses off a socket, one at a time, framed by Content-Length."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buffer = b""
-
-    def head(self) -> tuple[int, dict[str, str]]:
-        while b"\r\n\r\n" not in self.buffer:
-            chunk = self.sock.recv(65536)
-            assert chunk, f"closed after {self.buffer!r}"
-            self.buffer += chunk
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        status, *fields = head.decode().split("\r\n")
-        headers = {k.lower(): v for k, v in (f.split(": ", 1) for f in fields)}
-        return int(status.split()[1]), headers
-
-    def response(self, body: bool = True) -> tuple[int, dict[str, str], bytes]:
-        status, headers = self.head()
-        length = int(headers["content-length"]) if body else 0
-        while len(self.buffer) < length:
-            chunk = self.sock.recv(65536)
-            assert chunk
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:length], self.buffer[length:]
-        return status, headers, data
-
-    def closed(self) -> bool:
-        return self.buffer == b"" and self.sock.recv(65536) == b""
 
 
 def infer(body: bytes, extra: bytes = b"") -> bytes:

@@ -13,7 +13,6 @@ import os
 import resource
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -33,11 +32,12 @@ from mcpd.serving.http import READ_BYTES
 from mcpd.serving.limits import Throttle
 from mcpd.serving.responses import InferResponse
 from mcpd.serving.service import METRICS_CONNECTIONS
-from tests.conftest import PROJECT
 from tests.mqtt_broker import free_port
 from tests.serving_models import scale, spread
 from tests.serving_server import Served, config
-from tests.test_serving_front import Reader
+from tests.support.daemon import DaemonProcess, simulated
+from tests.support.http import Reader
+from tests.support.waiting import wait_until
 
 HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -188,11 +188,12 @@ def test_answers_a_client_does_not_read_are_bounded_and_count_against_max_inflig
         hog.connect(served.socket)
         hog.sendall(SCRAPE * 2000)  # 68 kB: more than one read
         # Answered until the transport holds more than its high-water mark, then no more.
-        deadline = time.monotonic() + 10
-        while not (state := served.call(waiting()))[1]:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        held, [(queued, unsent)] = state
+
+        def held_back() -> Any:
+            state = served.call(waiting())
+            return state if state[1] else None
+
+        held, [(queued, unsent)] = wait_until(held_back, 10, "answers held", interval=0.01)
         assert 10000 < held == unsent <= 65536 + 2 * scrape
         assert queued <= READ_BYTES // len(SCRAPE) + 1  # the requests of one read at most
         status, message = post(served, b"x" * 100, **{"Inference-Header-Content-Length": "10"})
@@ -201,10 +202,8 @@ def test_answers_a_client_does_not_read_are_bounded_and_count_against_max_inflig
         # Once the client reads, the rest is answered, in order.
         reader = Reader(hog)
         assert all(reader.response()[0] == 200 for _ in range(2000))
-    deadline = time.monotonic() + 10
-    while bodies.held:  # given back when the connection closes
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # given back when the connection closes
+    wait_until(lambda: not bodies.held, 10, "the body bytes given back", interval=0.01)
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408(served: Served) -> None:
@@ -243,10 +242,8 @@ def test_json_has_a_smaller_limit_than_binary_tensors(served: Served) -> None:
 def test_bodies_held_at_once_are_bounded(served: Served) -> None:
     head = HEAD + b"Inference-Header-Content-Length: 10\r\nContent-Length: 6000\r\n\r\n"
     with connect(served, head + b"{") as slow:  # holds 6000 bytes while its body trickles in
-        deadline = time.monotonic() + 5
-        while served.service.endpoints.bodies.held == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        bodies = served.service.endpoints.bodies
+        wait_until(lambda: bodies.held, 5, "the slow body's bytes held", interval=0.01)
         status, message = post(served, b"x" * 6000, **{"Inference-Header-Content-Length": "10"})
         assert status == 503
         assert "busy: requests in flight hold 6000 of the 10000 bytes allowed" in message
@@ -327,31 +324,16 @@ def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path
         )
 
     configure(140.0, 130.0)  # nothing to do: the caps stay at their maximum
-    log = tmp_path / "daemon.log"
-    command = [
-        sys.executable,
-        "-m",
-        "mcpd",
-        "run",
-        "--config",
-        str(cfg),
-        "--simulate",
-        "jetson-orin-nano",
-        "--sim-root",
-        str(board),
-    ]
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(
-            command,
-            cwd=PROJECT,
-            stderr=stderr,
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512)),
-        )
+    daemon = DaemonProcess(
+        cfg,
+        *simulated("jetson-orin-nano", board),
+        log=tmp_path / "daemon.log",
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512)),
+    )
+    process = daemon.process
     try:
-        deadline = time.monotonic() + 60
-        while not serving(sock_path):  # the governor binds at once; serving answers later
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        # the governor binds at once; serving answers later
+        daemon.wait_until(lambda: serving(sock_path), 60, "the serving process")
         caps = sorted(board.glob("sys/devices/system/cpu/cpufreq/policy*/scaling_max_freq"))
         before = {path: path.read_text() for path in caps}
         (child,) = psutil.Process(process.pid).children()
@@ -364,16 +346,15 @@ def test_a_flood_of_half_sent_requests_does_not_stop_the_governor(tmp_path: Path
             assert len(os.listdir(f"/proc/{process.pid}/fd")) < 100
             configure(30.0, 25.0)  # now throttle: the loop must write the caps
             process.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + 20
-            while all(path.read_text() == before[path] for path in caps):
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
-        text = log.read_text()
+            daemon.wait_until(
+                lambda: any(path.read_text() != before[path] for path in caps), 20, "a cap written"
+            )
+        text = daemon.log_text()
         assert "Too many open files" not in text
         assert text.count("new connections wait") <= 2
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0, log.read_text()
+        assert process.wait(30) == 0, daemon.log_text()
 
 
 def flood(path: Path, count: int, stack: ExitStack) -> list[socket.socket]:
@@ -471,10 +452,14 @@ def test_a_large_json_answer_is_written_while_the_event_loop_answers_others(
 
         thread = threading.Thread(target=large)
         thread.start()
-        deadline = time.monotonic() + 30
-        while not writing_json():
-            assert time.monotonic() < deadline and thread.is_alive()
-            time.sleep(0.005)
+
+        def writing() -> bool:
+            if writing_json():
+                return True
+            assert thread.is_alive()
+            return False
+
+        wait_until(writing, 30, "the large answer being written", interval=0.005)
         with served.client() as client:
             assert client.live()
         assert writing_json()  # answered while the large answer is still being written

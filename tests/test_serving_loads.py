@@ -32,7 +32,7 @@ from mcpd.serving.errors import RequestError
 from mcpd.serving.loads import Loads, Target
 from mcpd.serving.repository import Repository
 from tests.serving_models import heavy, scale
-from tests.test_daemon import RunningDaemon
+from tests.support.daemon import RunningDaemon
 
 T = TypeVar("T")
 

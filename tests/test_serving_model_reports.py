@@ -8,9 +8,7 @@ from types import ModuleType
 
 from mcpd.serving import backends
 from mcpd.serving.model_reports import config_datatype, model_config
-from tests.test_serving_rknn import lite, model
-
-__all__ = ["lite"]  # the fixture, used by name
+from tests.support.fake_rknn import model
 
 
 def test_an_rknn_model_is_described_as_its_runtime_serves_it(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,10 +25,9 @@ from mcpd.serving.errors import LoadError
 from tests.conftest import PROJECT
 from tests.serving_models import ir, scale
 from tests.serving_server import Served, config
-from tests.test_serving_worker import Gated
-
-DEFAULT_PRECISION = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
-"""OpenVINO's own default on this CPU: bf16 with AMX, f32 without."""
+from tests.support.openvino_cpu import BLOCKED, DEFAULT_PRECISION
+from tests.support.waiting import wait_until
+from tests.support.worker import Gated
 
 
 def test_serving_compiles_one_stream_with_the_models_threads_and_precision() -> None:
@@ -92,8 +90,7 @@ def test_concurrent_requests_are_batched_and_answered_as_openvino_does_in_proces
         answers = [first]
         for queued, image in enumerate(images[1:], start=1):  # queued in a known order
             answers.append(pool.submit(infer, image))
-            while worker.depth < queued:
-                time.sleep(0.005)
+            wait_until(lambda n=queued: worker.depth >= n, 10, f"{queued} queued", interval=0.005)
         gate.gate.set()
         scores = [answer.result(30) for answer in answers]
     assert gate.batches == [1, 6]  # the three queued requests ran as one batch of six rows
@@ -187,9 +184,6 @@ def test_what_it_cannot_load_is_a_load_error_naming_it(tmp_path: Path) -> None:
     missing = rf"OpenVINO cannot load {xml} on CPU: .* \({xml.with_suffix('.bin')} is missing\)$"
     with pytest.raises(LoadError, match=missing):
         backends.load(ModelSection(name="m", path=str(xml)))
-
-
-BLOCKED = "import sys; sys.modules['openvino'] = None  # as if it were not installed\n"
 
 
 def test_without_openvino_the_load_error_says_what_to_install(tmp_path: Path) -> None:

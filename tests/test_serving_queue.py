@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from tests.serving_models import scale
 from tests.serving_server import Served, config
-from tests.test_serving_worker import Gated
+from tests.support.waiting import wait_until
+from tests.support.worker import Gated
 
 REQUEST = json.dumps(
     {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
@@ -61,13 +61,6 @@ def send(path: str) -> socket.socket:
     return sock
 
 
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-
-
 def test_a_client_that_disconnects_has_its_queued_request_dropped(
     gated: Callable[..., tuple[Served, Gated]],
 ) -> None:
@@ -76,9 +69,9 @@ def test_a_client_that_disconnects_has_its_queued_request_dropped(
     assert gate.entered.wait(10)
     leaving = send(served.socket)
     stats = served.service.stats
-    wait_until(lambda: stats()["m"].queue_depth == 1)
+    wait_until(lambda: stats()["m"].queue_depth == 1, 10, "one queued", interval=0.005)
     leaving.close()
-    wait_until(lambda: stats()["m"].queue_depth == 0)
+    wait_until(lambda: stats()["m"].queue_depth == 0, 10, "none queued", interval=0.005)
     gate.gate.set()
     assert running.recv(65536).startswith(b"HTTP/1.1 200")
     running.close()
@@ -90,7 +83,9 @@ def test_full_queue_gets_503_at_once(gated: Callable[..., tuple[Served, Gated]])
     running = send(served.socket)
     assert gate.entered.wait(10)
     queued = send(served.socket)
-    wait_until(lambda: served.service.stats()["m"].queue_depth == 1)
+    wait_until(
+        lambda: served.service.stats()["m"].queue_depth == 1, 10, "one queued", interval=0.005
+    )
     with served.client() as client:
         reply = client.request("POST", "/v2/models/m/infer", REQUEST)
     assert reply.status == 503

@@ -19,6 +19,7 @@ from mcpd.client import Client, ServerError
 from mcpd.config import ModelSection
 from tests.serving_models import scale
 from tests.serving_server import Served, config
+from tests.support.waiting import wait_until
 
 
 class Gate:
@@ -108,10 +109,7 @@ def test_load_picks_up_a_replaced_file_while_requests_in_flight_finish_on_the_ol
     loader = threading.Thread(target=load)
     loader.start()
     entries = served.service.repository.entries
-    deadline = time.monotonic() + 30
-    while entries["m"].worker is old_worker:  # until the new session is swapped in
-        assert time.monotonic() < deadline, "the new session never came"
-        loader.join(0.01)
+    wait_until(lambda: entries["m"].worker is not old_worker, 30, "the new session", interval=0.01)
     with served.client() as client:
         assert client.model_metadata("m")["inputs"][0]["shape"] == [-1, 6]
         new = client.infer("m", {"x": np.ones((1, 6), np.float32)})

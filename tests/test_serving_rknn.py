@@ -4,9 +4,7 @@ not exceptions). Untested on hardware: there is no RK3588 here."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -14,32 +12,9 @@ import numpy as np
 import pytest
 
 from mcpd.config import ModelSection
-from mcpd.schema import build
 from mcpd.serving import backends
 from mcpd.serving.errors import LoadError
-
-FAKE = Path(__file__).with_name("serving_rknn")
-
-
-@pytest.fixture
-def lite(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    monkeypatch.syspath_prepend(str(FAKE))
-    import rknnlite.api as api
-
-    monkeypatch.setattr(api, "MACHINE", "aarch64")
-    api.calls.clear()
-    yield api
-    for name in [n for n in sys.modules if n == "rknnlite" or n.startswith("rknnlite.")]:
-        del sys.modules[name]
-
-
-def model(tmp_path: Path, shape: list[int], **rknn: object) -> ModelSection:
-    path = tmp_path / "m.rknn"
-    path.write_bytes(b"RKNN" + json.dumps({"inputs": [shape]}).encode())
-    inputs = [{"name": "images", "datatype": "UINT8", "shape": shape}]
-    return build(
-        ModelSection, {"name": "npu", "path": str(path), "rknn": {"inputs": inputs, **rknn}}
-    )
+from tests.support.fake_rknn import model
 
 
 def test_loads_by_extension_learns_outputs_and_serves_a_fixed_batch(

@@ -14,7 +14,7 @@ from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import LATENCY_BUCKETS_S, BatchStats, Duration, Histogram
 from tests.serving_models import scale
 from tests.serving_server import Served, config
-from tests.test_serving_worker import load, one_batch_behind_another, worker
+from tests.support.worker import load, one_batch_behind_another, worker
 
 
 def test_the_recorder_counts_rows_batches_requests_and_their_times() -> None:

@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +26,7 @@ from mcpd.serving.peers import Peers
 from tests.mqtt_broker import free_port
 from tests.serving_models import scale
 from tests.serving_server import Served, config
-from tests.test_daemon import RunningDaemon
-from tests.test_supervisor import new_child, serving_pid
+from tests.support.daemon import RunningDaemon, mcpd_run, new_child, serving_pid, simulated
 
 
 def parse_serving(**serving: object) -> config_module.Config:
@@ -288,10 +286,12 @@ def test_a_port_in_use_stops_the_daemon_with_one_line(tmp_path: Path) -> None:
             f'[serving]\nhttp = "127.0.0.1:{port}"\n'
         )
         done = subprocess.run(
-            [sys.executable, "-m", "mcpd", "run", "--config", str(config_file),
-             "--simulate", "rk3588", "--sim-root", str(tmp_path / "board")],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            mcpd_run(config_file, *simulated("rk3588", tmp_path / "board")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (

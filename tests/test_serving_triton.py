@@ -17,6 +17,7 @@ import pytest
 from tests.mqtt_broker import free_port
 from tests.serving_models import mixed, scale, strings
 from tests.serving_server import Served, config
+from tests.support.waiting import wait_until
 
 httpclient = pytest.importorskip("tritonclient.http")
 shm = pytest.importorskip("tritonclient.utils.shared_memory")
@@ -53,14 +54,15 @@ def triton(
             f"UNIX-CONNECT:{served.socket}",
         ]
     )
-    deadline = time.monotonic() + 10
-    while True:
+
+    def listening() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
         except OSError:
-            assert time.monotonic() < deadline, "socat did not start"
-            time.sleep(0.02)
+            return False
+        return True
+
+    wait_until(listening, 10, "socat listening", interval=0.02)
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
     yield client
     client.close()

@@ -8,7 +8,8 @@ import socket
 from pathlib import Path
 
 from mcpd.governor.standin import STATUS_CACHE_S, StandIn
-from tests.test_metrics_listen import Clock, ask
+from tests.support.clock import FakeClock
+from tests.support.standin import ask
 
 STATUS = b"GET /v2/mcpd/status HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -21,7 +22,7 @@ def test_a_flood_of_status_requests_builds_the_document_once_per_interval(tmp_pa
     listener.listen()
     listener.setblocking(False)
     built: list[float] = []
-    clock = Clock()
+    clock = FakeClock(100.0)
 
     def status() -> dict[str, object]:
         built.append(clock.now)

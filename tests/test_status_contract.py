@@ -13,9 +13,10 @@ from mcpd.governor.timing import LoopTiming
 from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
 from mcpd.shapes import mismatches
-from mcpd.snapshot import DomainStatus, ModelStats, Snapshot, WriteFailure
+from mcpd.snapshot import DomainStatus, ModelStats, WriteFailure
 from tests.mqtt_status import FakeBoard, placement
 from tests.serving_server import Served, config, status_document
+from tests.support.snapshots import snapshot
 
 
 def test_the_document_has_exactly_the_contracts_keys_and_types() -> None:
@@ -30,24 +31,14 @@ def test_the_document_has_exactly_the_contracts_keys_and_types() -> None:
 
 def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> None:
     refused = WriteFailure("policy4: writing 1416000 to …: Device or resource busy", 1.7e9, 1545.6)
-    snapshot = Snapshot(
+    refusing = snapshot(
         ts=1.7e9 + 1.5,
-        platform="rk3588",
-        model=None,
         temperature_c=90.0,
-        power_w=None,
-        power_estimated=False,
-        metered=False,
-        temperatures={},
-        powers={},
         domains=(
             DomainStatus("policy4", "cpufreq", 2208.0, 2208.0, 2208.0, 408.0, 2208.0, refused),
             DomainStatus("policy6", "cpufreq", 816.0, 816.0, 823.5, 408.0, 2400.0),
         ),
         state="write-failing",
-        profile="default",
-        last_action=None,
-        batch={},
     )
     serving: status.ServingDoc = {
         "pid": None,
@@ -57,7 +48,7 @@ def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> No
         "config_error": None,
     }
     document = status.document(
-        snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving, placement=placement()
+        refusing, {}, status.DaemonStats()(), LoopTiming().summary(), serving, placement=placement()
     )
     assert mismatches(document, status.StatusDocument) == []
     assert document["domains"]["policy4"]["write_failure"] == {
@@ -67,7 +58,7 @@ def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> No
     }
     assert document["domains"]["policy6"]["write_failure"] is None
     line = "90.0 °C no meter | policy4 2208 policy6 816 MHz | write-failing: policy4"
-    assert status.line(snapshot) == line
+    assert status.line(refusing) == line
 
 
 def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:

@@ -11,29 +11,8 @@ import pytest
 from mcpd import status
 from mcpd.governor.thermal_forecast import headroom
 from mcpd.serving import metrics
-from mcpd.snapshot import Snapshot
 from tests.mqtt_status import placement
-
-
-def snapshot(**fields: object) -> Snapshot:
-    base: dict[str, object] = dict(
-        ts=1.7e9,
-        platform="rk3588",
-        model=None,
-        temperature_c=79.0,
-        power_w=None,
-        power_estimated=False,
-        metered=False,
-        temperatures={},
-        powers={},
-        domains=(),
-        state="holding",
-        profile="default",
-        last_action=None,
-        batch={},
-    )
-    return Snapshot(**{**base, **fields})  # type: ignore[arg-type]
-
+from tests.support.snapshots import snapshot
 
 OTHER_PARTS: tuple[status.DaemonDoc, status.LoopDoc, status.ServingDoc] = (
     {

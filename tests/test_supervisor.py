@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,7 +32,8 @@ from mcpd.governor.supervisor import ServingSupervisor
 from mcpd.status import inference
 from tests.conftest import PROJECT
 from tests.mqtt_status import placement
-from tests.test_daemon import RunningDaemon
+from tests.support.daemon import RunningDaemon, models_ready, new_child, serving_pid, status
+from tests.support.waiting import wait_until
 
 # pydantic (18 MB), psutil (2.7 MB) and prometheus_client (10.4 MB, docs/metrics.md) of a 40 MB
 # budget (BENCHMARKS.md): mcpd.schema checks the config, mcpd.status reads /proc itself, and the
@@ -88,48 +88,12 @@ def served(tmp_path: Path) -> Iterator[Callable[..., tuple[RunningDaemon, Path]]
         )
         started.append(RunningDaemon(tmp_path, config))
         daemon = started[-1]
-        daemon.wait_for(lambda: ready(sock, *(name for name, _ in models)), 60)
+        daemon.wait_for(lambda: models_ready(sock, *(name for name, _ in models)), 60)
         return daemon, sock
 
     yield start
     for daemon in started:
         daemon.close()
-
-
-def ready(sock: Path, *models: str) -> bool:
-    try:
-        with Client(str(sock), timeout=5) as client:
-            return all(client.model_ready(model) for model in models)
-    except OSError:
-        return False
-
-
-def status(sock: Path) -> dict[str, Any]:
-    with Client(str(sock), timeout=30) as client:
-        return client.status()
-
-
-def serving_pid(sock: Path) -> int:
-    pid = status(sock)["serving"]["pid"]
-    assert isinstance(pid, int)
-    return pid
-
-
-def new_child(daemon: RunningDaemon, sock: Path, old: int, model: str = "demo") -> int:
-    """Wait until another serving process answers; returns its pid."""
-    found: list[int] = []
-
-    def answered() -> bool:
-        if not ready(sock, model):
-            return False
-        pid = status(sock)["serving"]["pid"]
-        if pid in (None, old):
-            return False
-        found.append(pid)
-        return True
-
-    daemon.wait_for(answered, 60)
-    return found[-1]
 
 
 def test_serving_comes_back_after_any_signal_and_the_governor_never_stops(
@@ -251,10 +215,8 @@ def test_the_governor_process_never_imports_the_serving_stack(tmp_path: Path) ->
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not (board / "proc/sys/kernel/random/boot_id").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        boot_id = board / "proc/sys/kernel/random/boot_id"
+        wait_until(boot_id.exists, 30, "the simulated board")
         sock, found = tmp_path / "mcpd.sock", tmp_path / "modules.json"
         (tmp_path / "mcpd.toml").write_text(
             f'[daemon]\nsysfs_root = "{board}"\nsocket = "{sock}"\n'
@@ -307,7 +269,7 @@ def test_a_configuration_larger_than_a_datagram_reaches_serving_whole(tmp_path: 
     )
     daemon = RunningDaemon(tmp_path, config)
     try:
-        daemon.wait_for(lambda: ready(sock, "demo"), 60)
+        daemon.wait_for(lambda: models_ready(sock, "demo"), 60)
         doc = status(sock)
         assert "m248" in doc["inference"]
         assert doc["serving"]["config_error"] is None
@@ -460,7 +422,7 @@ def test_a_background_build_dies_with_the_serving_process_that_started_it(tmp_pa
     )
     builds: list[int] = []
     try:
-        daemon.wait_for(lambda: ready(sock, "slow"), 60)
+        daemon.wait_for(lambda: models_ready(sock, "slow"), 60)
         child = serving_pid(sock)
         daemon.wait_for(lambda: bool(builds.extend(_children(child)) or builds), 60)
         os.kill(child, signal.SIGKILL)

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests import system_debs
+from tests.support.waiting import wait_until
 from tests.system_board import SimulatedBoard, WedgedSensor
 from tests.system_namespace import Namespace, can_boot
 
@@ -51,14 +52,6 @@ class System:
     root: Path
     deb: Path
     before: set[str]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def http_get(path: Path, target: str, timeout: float = 60.0) -> tuple[int, bytes]:
@@ -210,7 +203,7 @@ def running(system: System, limits: tuple[float, float] = THROTTLE) -> dict[str,
     else:
         system.ns.systemctl("start", "mcpd.service")
     if limits == THROTTLE:
-        wait_for(lambda: throttled(system), 30, "mcpd to lower every cap")
+        wait_until(lambda: throttled(system), 30, "mcpd to lower every cap", interval=0.1)
     return state(system)
 
 
@@ -247,14 +240,16 @@ def test_start_becomes_active_only_after_ready(system: System) -> None:
     wedged = WedgedSensor(system.board, Path(f"/proc/{ns.pid}/ns/mnt"), system.root / "wedge.log")
     try:
         ns.systemctl("start", "--no-block", "mcpd.service")
-        wait_for(lambda: state(system)["MainPID"] != "0", 30, "mcpd's main process")
+        wait_until(lambda: state(system)["MainPID"] != "0", 30, "mcpd's main process", interval=0.1)
         time.sleep(3)
         before = state(system)
         assert (before["ActiveState"], before["StatusText"]) == ("activating", "")
-        wait_for(wedged.blocked, 30, "mcpd to read the sensor")
+        wait_until(wedged.blocked, 30, "mcpd to read the sensor", interval=0.1)
     finally:
         wedged.release()
-    wait_for(lambda: state(system)["ActiveState"] == "active", 30, "mcpd to become active")
+    wait_until(
+        lambda: state(system)["ActiveState"] == "active", 30, "mcpd to become active", interval=0.1
+    )
     # READY=1 and the first STATUS= come in one message: active implies a status line.
     assert "MHz" in state(system)["StatusText"]
     assert "ready: rk3588" in ns.journal("mcpd.service")
@@ -300,7 +295,7 @@ def test_main_pid_is_the_governor_and_a_killed_serving_process_comes_back(system
         now = http_json(path, "/v2/mcpd/status")["serving"]
         return now["pid"] not in (None, int(child)) and now["restarts"] == serving["restarts"] + 1
 
-    wait_for(replaced, 30, "a new serving process")
+    wait_until(replaced, 30, "a new serving process", interval=0.1)
     after = state(system)
     assert (after["MainPID"], after["NRestarts"]) == (main, before["NRestarts"])
     assert after["ActiveState"] == "active"
@@ -383,7 +378,9 @@ def test_reload_applies_a_changed_threshold(system: System) -> None:
     before = running(system, THROTTLE)
     configure(system, RELEASE)
     system.ns.systemctl("reload", "mcpd.service")
-    wait_for(lambda: system.board.caps() == system.board.baseline, 30, "the caps to rise")
+    wait_until(
+        lambda: system.board.caps() == system.board.baseline, 30, "the caps to rise", interval=0.1
+    )
     after = state(system)
     assert after["MainPID"] == before["MainPID"]
     assert after["NRestarts"] == before["NRestarts"]
@@ -410,7 +407,9 @@ def test_socket_activation_starts_mcpd_on_the_first_connection(system: System) -
     assert system.ns.systemctl("is-active", "mcpd.socket").strip() == "active"
     assert http_status(system.ns.path(SOCKET), "/v2/health/ready") == 200
     # The server answers from its start; the unit is active once the loop has sampled too.
-    wait_for(lambda: state(system)["ActiveState"] == "active", 30, "mcpd to become active")
+    wait_until(
+        lambda: state(system)["ActiveState"] == "active", 30, "mcpd to become active", interval=0.1
+    )
 
 
 def test_clients_are_never_refused_across_a_restart(system: System) -> None:
@@ -451,13 +450,17 @@ def test_watchdog_kills_a_hung_control_loop_and_restarts_mcpd(system: System) ->
     wedged = WedgedSensor(system.board, service, system.root / "wedge.log")
     try:
         fired = lambda: "Watchdog timeout" in system.ns.journal("mcpd.service", cursor)  # noqa: E731
-        wait_for(fired, 60, "the watchdog to fire")
+        wait_until(fired, 60, "the watchdog to fire", interval=0.1)
     finally:
         # A read hung in a driver (here in FUSE) is not interruptible: the aborted mcpd can only
         # go once it is answered, as with a driver that finally times out.
         wedged.release()
-    wait_for(lambda: state(system)["MainPID"] != before["MainPID"], 60, "mcpd to restart")
-    wait_for(lambda: state(system)["ActiveState"] == "active", 60, "mcpd to come back")
+    wait_until(
+        lambda: state(system)["MainPID"] != before["MainPID"], 60, "mcpd to restart", interval=0.1
+    )
+    wait_until(
+        lambda: state(system)["ActiveState"] == "active", 60, "mcpd to come back", interval=0.1
+    )
     assert int(state(system)["NRestarts"]) == int(before["NRestarts"]) + 1
     journal = system.ns.journal("mcpd.service", cursor)
     assert "Watchdog timeout" in journal
@@ -485,7 +488,7 @@ def test_kill_9_restores_the_caps_through_exec_stop_post_and_restarts(system: Sy
     journal = system.ns.journal("mcpd.service", cursor)
     assert "status=9/KILL" in journal
     assert "restored policy0" in journal
-    wait_for(lambda: throttled(system), 30, "the restarted mcpd to govern")
+    wait_until(lambda: throttled(system), 30, "the restarted mcpd to govern", interval=0.1)
 
 
 def test_stop_restores_the_baseline_caps_and_hands_the_knobs_back(system: System) -> None:

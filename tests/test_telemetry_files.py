@@ -9,7 +9,7 @@ import pytest
 
 from mcpd.telemetry.mqtt_client import ConnectError, _password
 from mcpd.telemetry.topics import device_id
-from tests.test_sensor_files import within
+from tests.support.waiting import within
 
 
 def test_a_fifo_or_non_utf8_password_file_is_a_clear_error(tmp_path: Path) -> None:

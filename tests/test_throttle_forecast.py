@@ -20,7 +20,7 @@ from mcpd.governor.thermal_forecast import (
 )
 from mcpd.sim import PROFILES, Simulator
 from tests.fakesys import FakeSysfs
-from tests.test_loop import board_with_meter, make_loop, run_for, set_power, set_temp
+from tests.support.loop import board_with_meter, make_loop, run_for, set_power, set_temp
 
 
 def two_masses(powers: list[float], ambient: float = 25.0) -> list[float]:
