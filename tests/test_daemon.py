@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -291,3 +292,32 @@ def test_the_first_samples_are_taken_before_the_services_start(tmp_path: Path) -
     daemon.services = [Recorder()]
     assert asyncio.run(daemon.run()) == 0
     assert len(seen) == 1 and seen[0][0] and seen[0][1] is not None
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="pinning to one CPU of one changes nothing"
+)
+def test_the_calling_thread_gets_its_cpus_back_when_the_daemon_ends(tmp_path: Path) -> None:
+    """The governor runs on the plan's CPU (an RK3588's first A55) and gives the thread back when
+    run() returns: a daemon run in the tests' process left it on CPU 0 for every later test."""
+    import asyncio
+
+    from mcpd import config
+
+    before = os.sched_getaffinity(0)
+    daemon = daemon_on_a_simulated_rk3588(tmp_path)
+    during: list[set[int]] = []
+
+    class Recorder:
+        async def start(self) -> None:
+            during.append(os.sched_getaffinity(0))
+            daemon._stop.set()
+
+        async def stop(self) -> None: ...
+
+        async def reload(self, config: config.Config) -> None: ...
+
+    daemon.services = [Recorder()]
+    assert asyncio.run(daemon.run()) == 0
+    assert during == [{0}]
+    assert os.sched_getaffinity(0) == before

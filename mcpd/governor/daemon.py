@@ -229,37 +229,39 @@ class Daemon:
             target=self._govern, args=(stop_loop, loop), name="control-loop", daemon=True
         )
         code = 0
-        self._place()
-        try:
-            # The first touch of the hardware, inside the try whose finally restores the caps; and
-            # the first samples before the services start, so that the first status document they
-            # publish has the board in it, and the first tick does not share the interpreter with
-            # their start (the serving process spawned, the first status built): it was the run's
-            # slowest sample-to-write.
-            self.loop.start()
-            thread.start()
-            if not await loop.run_in_executor(None, self.loop.ready.wait, READY_TIMEOUT_S):
-                log.error("no samples within %g s; giving up", READY_TIMEOUT_S)
-                return 1
-            for service in self.services:
-                await service.start()
-            self.notifier.ready(status.line(self.loop.snapshot))
-            self._announce()
-            code = await self._main()
-        finally:
-            self.notifier.stopping()
-            for service in reversed(self.services):
-                await _stop(service)
-            stop_loop.set()
-            if thread.is_alive():
-                thread.join(timeout=5)
-            self._restore()
-            self.notifier.close()
+        # The calling thread is the governor's; it gets its CPUs back when run() returns, which
+        # matters to a caller that goes on (the tests run daemons in their own process).
+        with affinity.pinned(self._place(), "the governor"):
+            try:
+                # The first touch of the hardware, inside the try whose finally restores the
+                # caps; and the first samples before the services start, so that the first status
+                # document they publish has the board in it, and the first tick does not share the
+                # interpreter with their start (the serving process spawned, the first status
+                # built): it was the run's slowest sample-to-write.
+                self.loop.start()
+                thread.start()
+                if not await loop.run_in_executor(None, self.loop.ready.wait, READY_TIMEOUT_S):
+                    log.error("no samples within %g s; giving up", READY_TIMEOUT_S)
+                    return 1
+                for service in self.services:
+                    await service.start()
+                self.notifier.ready(status.line(self.loop.snapshot))
+                self._announce()
+                code = await self._main()
+            finally:
+                self.notifier.stopping()
+                for service in reversed(self.services):
+                    await _stop(service)
+                stop_loop.set()
+                if thread.is_alive():
+                    thread.join(timeout=5)
+                self._restore()
+                self.notifier.close()
         return code
 
-    def _place(self) -> None:
-        """The governor on its CPU, before the control loop's thread and the services' (they
-        inherit it); the plan said once, with what of it is skipped here."""
+    def _place(self) -> tuple[int, ...]:
+        """The CPUs the governor runs on, before the control loop's thread and the services' (they
+        inherit them); the plan said once, with what of it is skipped here."""
         plan = self.planner(self.config)
         log.info("placement: %s", plan.note)
         parts: dict[str, Placement | ModelPlacement] = {
@@ -270,8 +272,7 @@ class Daemon:
         for what, part in parts.items():
             if part.skipped is not None and plan.mode == "auto":
                 log.warning("placement: %s not placed: %s", what, part.skipped)
-        if plan.governor.skipped is None:
-            affinity.pin(plan.governor.cpus, "the governor")
+        return plan.governor.cpus if plan.governor.skipped is None else ()
 
     def _govern(self, stop: threading.Event, main: asyncio.AbstractEventLoop) -> None:
         """The control loop's thread. Its end wakes the main task, which has no timer to look for
