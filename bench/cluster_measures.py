@@ -106,14 +106,19 @@ def latencies(
     return found, unseen
 
 
-def store_check(boards: dict[str, list[Heard]], stored: dict[str, list[int]]) -> tuple[int, int]:
-    """(missing, twice) of the store against the consumer: samples the store lacks for numbers
-    that arrived, and samples it holds more than once (the same millisecond again). `stored`: each
-    board's sample times in ms, as the store returned them."""
-    missing = doubled = 0
+def store_check(
+    boards: dict[str, list[Heard]], stored: dict[str, list[int]]
+) -> tuple[list[Heard], int]:
+    """(missing, twice) of the store against the consumer: the messages that arrived whose sample
+    the store lacks, and how many samples it holds more than once (the same millisecond again).
+    `stored`: each board's sample times in ms, as the store returned them."""
+    missing: list[Heard] = []
+    doubled = 0
     for device, messages in boards.items():
         times = stored.get(device, [])
-        wanted = {round(m.ts * 1000) for m in {m.seq: m for m in messages}.values()}
-        missing += len(wanted - set(times))
-        doubled += len(times) - len(set(times))
+        held = set(times)
+        missing += [
+            m for m in {m.seq: m for m in messages}.values() if round(m.ts * 1000) not in held
+        ]
+        doubled += len(times) - len(held)
     return missing, doubled

@@ -86,7 +86,9 @@ def figures(engine: str, boards: int, rate: float, run: Run) -> dict[str, Any]:
         "written_per_s": [round(w, 1) for w in written],
         "seq_gaps": sum(gaps(boards_heard).values()),
         "received_twice": sum(twice(boards_heard).values()),
-        "store_missing": missing,
+        "store_missing": len(missing),
+        # When the missing ones were made, from the kill: a start-up, a failover or an end effect.
+        "store_missing_made_s": [round(m.ts - killed_at, 1) for m in missing][:20],
         "store_twice": doubled,
         "ingest_duplicates_dropped": run.ingested[-1].get("mcpd_ingest_duplicates_total"),
         "killed_node": run.killed[0],

@@ -60,10 +60,10 @@ def test_a_message_is_queryable_at_the_first_poll_whose_newest_sample_reaches_it
 
 def test_the_store_lacks_a_received_number_or_holds_a_sample_twice() -> None:
     boards = by_device([heard("a", 1, 1.1), heard("a", 2, 2.1), heard("a", 2, 2.5)])
-    assert store_check(boards, {"a": [1000, 2000]}) == (0, 0)
-    assert store_check(boards, {"a": [1000]}) == (1, 0)
-    assert store_check(boards, {"a": [1000, 2000, 2000]}) == (0, 1)
-    assert store_check(boards, {}) == (2, 0)
+    assert store_check(boards, {"a": [1000, 2000]}) == ([], 0)
+    assert store_check(boards, {"a": [1000]}) == ([heard("a", 2, 2.5)], 0)
+    assert store_check(boards, {"a": [1000, 2000, 2000]}) == ([], 1)
+    assert [m.seq for m in store_check(boards, {})[0]] == [1, 2]
 
 
 def test_percentiles_are_nearest_rank() -> None:
