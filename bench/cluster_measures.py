@@ -46,12 +46,24 @@ def by_device(heard: Iterable[Heard]) -> dict[str, list[Heard]]:
     return boards
 
 
+def holes(boards: dict[str, list[Heard]]) -> list[tuple[Heard, int]]:
+    """Each number between a board's first and its last that never arrived, with the message
+    that arrived just before it (its `ts` tells when the missing one was made, a period later)."""
+    found = []
+    for messages in boards.values():
+        by_seq: dict[int, Heard] = {}
+        for m in messages:
+            by_seq.setdefault(m.seq, m)
+        for a, b in itertools.pairwise(sorted(by_seq)):
+            found += [(by_seq[a], n) for n in range(a + 1, b)]
+    return found
+
+
 def gaps(boards: dict[str, list[Heard]]) -> dict[str, int]:
-    """Per board, the numbers between its first and its last that never arrived."""
-    found = {}
-    for device, messages in boards.items():
-        seqs = {m.seq for m in messages}
-        found[device] = max(seqs) - min(seqs) + 1 - len(seqs)
+    """Per board, how many of its numbers never arrived (`holes`)."""
+    found = dict.fromkeys(boards, 0)
+    for before, _ in holes(boards):
+        found[before.device] += 1
     return found
 
 

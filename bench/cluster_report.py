@@ -13,6 +13,7 @@ from cluster_measures import (
     Visibility,
     by_device,
     gaps,
+    holes,
     latencies,
     percentile,
     silences,
@@ -85,6 +86,8 @@ def figures(engine: str, boards: int, rate: float, run: Run) -> dict[str, Any]:
         ],
         "written_per_s": [round(w, 1) for w in written],
         "seq_gaps": sum(gaps(boards_heard).values()),
+        # When the message before each gap was made, from the kill (the missing one a period on).
+        "seq_gaps_after_s": [round(m.ts - killed_at, 1) for m, _ in holes(boards_heard)][:20],
         "received_twice": sum(twice(boards_heard).values()),
         "store_missing": len(missing),
         # When the missing ones were made, from the kill: a start-up, a failover or an end effect.

@@ -3,6 +3,7 @@ into VictoriaMetrics.
 
     nice .venv/bin/python bench/mqtt_cluster.py [--engines ejabberd,nats] [--boards 200]
         [--rate 1] [--warmup 15] [--steady 20] [--down 30] [--after 20] [--heartbeat 10]
+        [--keep FOLDER]
 
 Each engine is started as the tests start it (tests/mqtt_clusters.py, tests/engines.py; Debian's
 packages, loopback only): a 3-node ejabberd cluster (MQTT 5) and a 3-node NATS cluster with
@@ -74,7 +75,8 @@ class Cluster:
 def started(engine: str, folder: Path) -> Iterator[Cluster]:
     with ExitStack() as stack:
         if engine == "ejabberd":
-            cluster: Any = stack.enter_context(EjabberdCluster(3, users={USER: PASSWORD}))
+            ejabberd = EjabberdCluster(3, users={USER: PASSWORD}, keep=folder / "ejabberd")
+            cluster: Any = stack.enter_context(ejabberd)
             name, protocol = "ejabberd", "5"
         else:
             cluster = stack.enter_context(NatsCluster(folder / "nats", 3))
@@ -227,6 +229,9 @@ def main() -> int:
     parser.add_argument("--down", type=float, default=30.0)
     parser.add_argument("--after", type=float, default=20.0)
     parser.add_argument("--heartbeat", type=int, default=10, help="the boards' heartbeat_s")
+    parser.add_argument(
+        "--keep", type=Path, help="a new folder to keep the engines' and the ingest's logs in"
+    )
     args = parser.parse_args()
     engines = args.engines.split(",")
     needed = {"ejabberd": ("ejabberdctl",), "nats": ("nats-server",)}
@@ -243,9 +248,10 @@ def main() -> int:
         flush=True,
     )
     results = []
-    with tempfile.TemporaryDirectory(prefix="mcpd-bench-cluster-") as folder:
+    with tempfile.TemporaryDirectory(prefix="mcpd-bench-cluster-") as scratch:
+        folder = args.keep or Path(scratch)
         for engine in engines:
-            results.append(run(engine, args, Path(folder) / engine))
+            results.append(run(engine, args, folder / engine))
             print(json.dumps(results[-1]), flush=True)
             print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(tables(results))

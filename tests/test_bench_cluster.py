@@ -15,6 +15,7 @@ from cluster_measures import (  # bench/cluster_measures.py: a script's module, 
     Visibility,
     by_device,
     gaps,
+    holes,
     latencies,
     percentile,
     silences,
@@ -32,6 +33,7 @@ def test_a_number_never_received_is_a_gap_and_one_received_again_a_duplicate() -
     a = [heard("a", 1, 1.1), heard("a", 2, 2.1), heard("a", 4, 4.1), heard("a", 2, 5.0)]
     boards = by_device([*a, heard("b", 1, 1.1), heard("b", 2, 2.1)])
     assert gaps(boards) == {"a": 1, "b": 0}
+    assert holes(boards) == [(heard("a", 2, 2.1), 3)]
     assert twice(boards) == {"a": 1, "b": 0}
 
 
