@@ -223,12 +223,14 @@ class Simulator:
         """Advance the plant by wall_dt seconds and rewrite every value (counters as they are)."""
         self.elapsed_s += wall_dt
         sim_dt = wall_dt * self.speed
-        self.sim_s += sim_dt
+        # The load and the air over an interval are the schedule's at its start: a step at T is
+        # felt from T on, not over the interval that ends at T.
         self.utils = self.load.utils(self.sim_s)
         utils = tuple(self.utils.get(d.load, 0.0) for d in self.domains)
         self.caps_khz = self._read_caps()
         self.energy_j += self.state.input_w * sim_dt
         thermal = self._thermal()
+        self.sim_s += sim_dt
         self.state = plant.step(self.state, self.domains, thermal, utils, self.caps_khz, sim_dt)
         part_w = dict.fromkeys(PART_NAMES, 0.0)
         for domain, watts in zip(self.domains, self.state.domain_w, strict=True):
