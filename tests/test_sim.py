@@ -122,9 +122,29 @@ def test_a_step_in_the_schedule_is_felt_from_its_time_on(
             board.advance(0.125)
     first, second = boards
     assert first.state == second.state and first.work_mhz_s == second.work_mhz_s
+    assert first.energy_j == second.energy_j and first.energy_uj == second.energy_uj
     for board in boards:
         board.advance(0.125)
     assert first.state.sink_c > second.state.sink_c
+
+
+def test_energy_after_a_cap_write_is_drawn_at_the_new_caps_power(tmp_path: Path) -> None:
+    """A RAPL counter counts the energy drawn: the 100 ms after the caps are lowered are counted
+    at the lowered caps' power, as is the board's input energy, not at the power before them."""
+    simulator = simulate(tmp_path, "x86-intel")
+    sensors = SensorSet.discover(simulator.root)
+    psys = next(p for p in sensors.powers if p.name == "psys")
+    simulator.advance(3.0)
+    psys.read(3.0)
+    uncapped_w = simulator.state.input_w
+    for domain in domains.discover(simulator.root):
+        domain.change_cap(domain.min_mhz)
+    energy_j = simulator.energy_j
+    simulator.advance(0.1)
+    capped_w = simulator.state.input_w
+    assert capped_w < uncapped_w * 0.75
+    assert psys.read(3.1) == pytest.approx(capped_w, rel=1e-4)
+    assert (simulator.energy_j - energy_j) / 0.1 == pytest.approx(capped_w, rel=1e-4)
 
 
 def test_no_power_meter_on_rk3588(tmp_path: Path) -> None:
