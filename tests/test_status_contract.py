@@ -14,7 +14,7 @@ from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
 from mcpd.shapes import mismatches
 from mcpd.snapshot import DomainStatus, ModelStats, Snapshot, WriteFailure
-from tests.mqtt_status import FakeBoard
+from tests.mqtt_status import FakeBoard, placement
 from tests.serving_server import Served, config, status_document
 
 
@@ -57,7 +57,7 @@ def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> No
         "config_error": None,
     }
     document = status.document(
-        snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving
+        snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving, placement=placement()
     )
     assert mismatches(document, status.StatusDocument) == []
     assert document["domains"]["policy4"]["write_failure"] == {
