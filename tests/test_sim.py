@@ -101,6 +101,52 @@ def test_rapl_counters_track_plant_power_through_the_wrap(tmp_path: Path) -> Non
     assert wrapped
 
 
+@pytest.mark.parametrize(
+    ("stepped", "steady"),
+    [
+        ({"load": "step:1.0"}, {"load": "level:0.5"}),
+        ({"ambient": Ambient(25.0, 10.0, 1.0)}, {"ambient": Ambient(25.0)}),
+    ],
+)
+def test_a_step_in_the_schedule_is_felt_from_its_time_on(
+    tmp_path: Path, stepped: dict[str, object], steady: dict[str, object]
+) -> None:
+    """Half load then full load at 1 s, or the air 10 °C warmer at 1 s: up to 1 s the board is
+    the one without the step, and only the interval after it differs."""
+    boards = [
+        simulate(tmp_path / name, "x86-intel", **kwargs)
+        for name, kwargs in (("stepped", stepped), ("steady", steady))
+    ]
+    for _ in range(8):  # 1/8 s: exactly 1 s after eight
+        for board in boards:
+            board.advance(0.125)
+    first, second = boards
+    assert first.state == second.state and first.work_mhz_s == second.work_mhz_s
+    assert first.energy_j == second.energy_j and first.energy_uj == second.energy_uj
+    for board in boards:
+        board.advance(0.125)
+    assert first.state.sink_c > second.state.sink_c
+
+
+def test_energy_after_a_cap_write_is_drawn_at_the_new_caps_power(tmp_path: Path) -> None:
+    """A RAPL counter counts the energy drawn: the 100 ms after the caps are lowered are counted
+    at the lowered caps' power, as is the board's input energy, not at the power before them."""
+    simulator = simulate(tmp_path, "x86-intel")
+    sensors = SensorSet.discover(simulator.root)
+    psys = next(p for p in sensors.powers if p.name == "psys")
+    simulator.advance(3.0)
+    psys.read(3.0)
+    uncapped_w = simulator.state.input_w
+    for domain in domains.discover(simulator.root):
+        domain.change_cap(domain.min_mhz)
+    energy_j = simulator.energy_j
+    simulator.advance(0.1)
+    capped_w = simulator.state.input_w
+    assert capped_w < uncapped_w * 0.75
+    assert psys.read(3.1) == pytest.approx(capped_w, rel=1e-4)
+    assert (simulator.energy_j - energy_j) / 0.1 == pytest.approx(capped_w, rel=1e-4)
+
+
 def test_no_power_meter_on_rk3588(tmp_path: Path) -> None:
     simulator = simulate(tmp_path, "rk3588")
     sensors = SensorSet.discover(simulator.root, power=PowerOptions("meter"))

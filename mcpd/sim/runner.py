@@ -222,21 +222,29 @@ class Simulator:
         return tuple(caps)
 
     def advance(self, wall_dt: float) -> None:
-        """Advance everything by wall_dt seconds: energy at the current power, then the plant."""
-        self._accumulate_energy(wall_dt)
-        self.step(wall_dt)
+        """Advance everything by wall_dt seconds under the caps written so far: the plant, and
+        the energy counters at the power it draws under them."""
+        self.step(wall_dt, counted_s=wall_dt)
 
-    def step(self, wall_dt: float) -> None:
-        """Advance the plant by wall_dt seconds and rewrite every value (counters as they are)."""
+    def step(self, wall_dt: float, counted_s: float = 0.0) -> None:
+        """Advance the plant by wall_dt seconds and the energy counters by counted_s at its new
+        power, then rewrite every value."""
         self.elapsed_s += wall_dt
         sim_dt = wall_dt * self.speed
-        self.sim_s += sim_dt
+        # The load and the air over an interval are the schedule's at its start: a step at T is
+        # felt from T on, not over the interval that ends at T.
         self.utils = self.load.utils(self.sim_s)
         utils = tuple(self.utils.get(d.load, 0.0) for d in self.domains)
         self.caps_khz = self._read_caps()
-        self.energy_j += self.state.input_w * sim_dt
         thermal = self._thermal()
+        self.sim_s += sim_dt
         self.state = plant.step(self.state, self.domains, thermal, utils, self.caps_khz, sim_dt)
+        # Energy is what the board draws under the caps in force over the interval (a real RAPL
+        # counter counts the energy consumed, Documentation/power/powercap/powercap.rst, and a cap
+        # takes effect within a millisecond): the new state's power, as the INA3221 window below
+        # and the plant's own heating take it. At the previous state's power, the 100 ms after a
+        # cap write would read as the old caps' power and the governor would step again on it.
+        self.energy_j += self.state.input_w * sim_dt
         part_w = dict.fromkeys(PART_NAMES, 0.0)
         for domain, watts in zip(self.domains, self.state.domain_w, strict=True):
             part_w[domain.load] = part_w.get(domain.load, 0.0) + watts
@@ -258,6 +266,7 @@ class Simulator:
             noise_c=self._rng.gauss(0.0, 0.15),
             proc_stat=self.jiffies.render(),
         )
+        self._accumulate_energy(counted_s)
         self._write(kinds=None)
         if self.elapsed_s - self._state_written >= 1.0 or wall_dt == 0.0:
             self._write_state()
@@ -346,6 +355,9 @@ class Simulator:
             stop.wait(max(0.0, deadline - time.monotonic()))
             now = time.monotonic()
             if now - last_step >= step_s - tick_s / 2:
+                # The plant reads the caps only at its steps, so until this one the board drew
+                # the power of the caps it read at the last: the ticks count that, and the
+                # counters run at the new caps' power from this step on.
                 self._accumulate_energy(now - last_tick)
                 self.step(now - last_step)
                 last_step = now
