@@ -366,7 +366,7 @@ def test_statistics_of_the_wrong_type_are_refused_and_the_status_is_still_built(
     serving = Channel(theirs)
     reports = ServingReports(EventBus(), ConfigDelivery(lambda error: None))
     good = {"ready": True, "requests": 3, "errors": 0, "p50_ms": 1.5, "p99_ms": 2.0,
-            "queue_depth": 0, "detail": {}, "statistics": None}  # fmt: skip
+            "queue_depth": 0, "detail": {}, "statistics": None, "latency": None}  # fmt: skip
     try:
         serving.sock.send(json.dumps({"kind": "stats", "models": {"m": good}}).encode())
         reports.take(governor.receive() or [])
