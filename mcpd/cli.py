@@ -230,7 +230,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from mcpd.sim import PROFILES, Ambient, LoadSchedule, Simulator
+    from mcpd.sim import PROFILES, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
 
     try:
@@ -245,7 +245,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             load=load,
             faults=faults,
             seed=args.seed,
-            ambient=Ambient(args.ambient),
+            ambient_c=args.ambient,
         )
         simulator.build()
     except ValueError as exc:
@@ -284,9 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--sim-speed", type=float, default=1.0, help="simulated thermal time per wall second"
     )
-    run.add_argument(
-        "--sim-fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]]"
-    )
+    run.add_argument("--sim-fault", action="append", default=[], help="as `mcpd sim --fault`")
     run.add_argument("--live", action="store_true", help="print a status line every second")
     run.set_defaults(func=cmd_run, default_level="info")
 
@@ -337,7 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--speed", type=float, default=1.0, help="simulated thermal time per wall second"
     )
     sim.add_argument(
-        "--fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]], repeatable"
+        "--fault",
+        action="append",
+        default=[],
+        help="KIND:SENSOR[@START[+DURATION]] (wall-clock s) or fan-stop|dust|ambient:AMOUNT"
+        "[@START[+DURATION]] (simulated s), repeatable",
     )
     sim.add_argument("--ambient", type=float, default=25.0, help="air temperature, °C (default 25)")
     sim.add_argument("--seed", type=int, default=0)
