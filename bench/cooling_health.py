@@ -5,8 +5,9 @@ against the plant's own, the time to flag wear, and no alarm for a warm room.
     .venv/bin/python bench/cooling_health.py [--profiles P ...] [--scenarios S ...] [--jobs 2]
         [--json]
 
-Each run is the real ControlLoop (the hysteresis governor, as the daemon runs it) on a simulated
-board in simulated time (a fake clock: deterministic), its cooling watch refreshed every simulated
+Each run is the real ControlLoop (the hysteresis governor, as the daemon runs it, with
+bench/quality.py's settings: a 12 W limit, 30 W on the AGX Orin) on a simulated board in simulated
+time (a fake clock: deterministic), its cooling watch refreshed every simulated
 second as the daemon's status path does, under bursts of full load (90 s on, 60 s off). The board
 learns its baseline over its first hours; at 3 h 10 min (simulated, inside a window) comes the scenario's change:
 
@@ -36,15 +37,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.quality import POWER_COEFFICIENTS
+from bench import quality
 from mcpd.config import CoolingSection
 from mcpd.events import Event, EventBus
 from mcpd.governor import board
 from mcpd.governor.loop import ControlLoop
-from mcpd.governor.loop_settings import LoopSettings
 from mcpd.sim import MEMORY_DIR, PROFILES, CoolingFault, LoadSchedule, Simulator
 from mcpd.sim.faults import ambient_shift, resistance_factor
-from sensors.discovery import PowerOptions
 
 SCENARIOS = ("healthy", "fan-stop", "dust", "warm-room", "warm-afternoon")
 WEAR = ("fan-stop", "dust")
@@ -85,9 +84,10 @@ def run(profile: str, scenario: str, timeline: Timeline = Timeline()) -> dict[st
     """One board through one scenario: every window used, when the warning came, and the plant's
     resistance beside them."""
     injected = faults(scenario, timeline)
-    settings = LoopSettings(
+    # bench/quality.py's settings: each board's power limit, the RK3588 NPU's coefficient.
+    settings = replace(
+        quality.loop_settings(quality.Case(profile, "bursts"), "hysteresis"),
         cooling=CoolingSection(sustained_s=timeline.sustained_s),
-        power=PowerOptions(coefficients=POWER_COEFFICIENTS),  # as bench/quality.py, for RK3588
     )
     if timeline.sample_s is not None:
         settings = replace(settings, temperature_s=timeline.sample_s, power_s=timeline.sample_s)

@@ -1,4 +1,5 @@
-"""`mcpctl fleet`: every board on a broker in one live table, hottest first.
+"""`mcpctl fleet`: every board on a broker in one live table, hottest first (or, with `--sort
+drift`, the worst cooling first: the thermal resistance furthest over its own baseline).
 
 Subscribes to `<prefix>/+/status` (retained: every board the broker has heard of, online or not)
 and `<prefix>/+/telemetry`, and redraws every `--interval` seconds; `--json` prints one snapshot
@@ -31,6 +32,10 @@ class Row:
     power_w: float | None
     caps_mhz: dict[str, float | None]
     governor: str | None
+    cooling: str | None
+    """The cooling's state (README, "Cooling health"); None from a board that does not say."""
+    drift_ratio: float | None
+    """Its thermal resistance over its baseline."""
     requests_per_s: float | None
     last_seen_s: float | None
     """Seconds since its last telemetry; None if none seen yet."""
@@ -66,16 +71,24 @@ class FleetView:
                 with self._lock:
                     self._telemetry[device] = (now, body)
 
-    def rows(self, now: float) -> list[Row]:
+    def rows(self, now: float, sort: str = "temperature") -> list[Row]:
+        """Hottest first; by `sort="drift"`, the worst cooling first, then hottest. A board
+        without the figure comes after those with it."""
         with self._lock:
             devices = sorted(self._online.keys() | self._telemetry.keys())
             rows = [self._row(device, now) for device in devices]
-        return sorted(rows, key=lambda r: (r.temperature_c is None, -(r.temperature_c or 0)))
+        rows.sort(key=lambda r: (r.temperature_c is None, -(r.temperature_c or 0)))
+        if sort == "drift":
+            rows.sort(key=lambda r: (r.drift_ratio is None, -(r.drift_ratio or 0)))
+        return rows
 
     def _row(self, device: str, now: float) -> Row:
         seen, body = self._telemetry.get(device, (None, {}))
         domains = body.get("domains")
         governor = body.get("governor")
+        cooling = body.get("cooling")
+        if not isinstance(cooling, dict):
+            cooling = {}
         return Row(
             device=device,
             online=self._online.get(device),
@@ -87,6 +100,8 @@ class FleetView:
                 for name, d in (domains.items() if isinstance(domains, dict) else ())
             },
             governor=str(governor.get("state")) if isinstance(governor, dict) else None,
+            cooling=str(cooling["state"]) if "state" in cooling else None,
+            drift_ratio=_number(cooling.get("drift_ratio")),
             requests_per_s=_number(body.get("requests_per_s")),
             last_seen_s=None if seen is None else round(now - seen, 1),
         )
@@ -105,6 +120,7 @@ def table(rows: list[Row]) -> str:
         "POWER W",
         "CAPS MHz",
         "GOVERNOR",
+        "COOLING",
         "REQ/S",
         "LAST SEEN",
     )
@@ -123,12 +139,15 @@ def table(rows: list[Row]) -> str:
                 _fmt(row.power_w, ".2f"),
                 caps or "-",
                 row.governor or "-",
+                " x".join(
+                    (row.cooling or "-", *([f"{row.drift_ratio:.2f}"] if row.drift_ratio else []))
+                ),
                 _fmt(row.requests_per_s, ".1f"),
                 "-" if row.last_seen_s is None else f"{row.last_seen_s:.1f} s",
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    right = {3, 4, 7, 8}
+    right = {3, 4, 8, 9}
     return "\n".join(
         "  ".join(
             c.rjust(w) if i in right else c.ljust(w)
@@ -183,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         while args.count == 0 or shown < args.count:
             time.sleep(args.interval)
-            rows = view.rows(time.monotonic())
+            rows = view.rows(time.monotonic(), args.sort)
             if args.json:
                 snapshot = {"ts": round(time.time(), 3), "devices": [asdict(r) for r in rows]}
                 print(json.dumps(snapshot), flush=True)
@@ -206,6 +225,13 @@ def register(commands: Any) -> None:
     parser.add_argument("--broker", required=True, metavar="HOST[:PORT]")
     parser.add_argument("--prefix", default="mcpd", help="topic prefix (default mcpd)")
     parser.add_argument("--json", action="store_true", help="one JSON snapshot per line")
+    parser.add_argument(
+        "--sort",
+        choices=["temperature", "drift"],
+        default="temperature",
+        help="hottest first (default), or the worst cooling first: its thermal resistance over "
+        "its baseline",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between redraws")
     parser.add_argument("--count", type=int, default=0, help="stop after N snapshots (0: never)")
     parser.add_argument("--ca-file", help="TLS: trust the broker's certificate from this CA")

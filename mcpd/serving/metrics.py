@@ -28,12 +28,13 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from mcpd.snapshot import LATENCY_BUCKETS_S, Histogram, ModelStats
-from mcpd.status import GovernorState
+from mcpd.status import CoolingState, GovernorState
 
 PREFIX = "mcpd_"
 GOVERNOR_STATES: tuple[str, ...] = get_args(GovernorState)
 """Every state the governor reports: each is a series of mcpd_governor_state, 1 for the one in
 force, so a state that is not in force reads 0, not absent."""
+COOLING_STATES: tuple[str, ...] = get_args(CoolingState)
 HERTZ_PER_MHZ = 1e6
 LATENCIES = (
     ("request", "time from arrival to answer."),
@@ -143,16 +144,9 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
         [],
         [([], thermal.get("seconds_to_throttle"))],
     )
+    yield from cooling_families(document.get("cooling", {}))
     governor = document.get("governor", {})
-    state = governor.get("state")
-    states = () if state is None else (*GOVERNOR_STATES, *{state} - set(GOVERNOR_STATES))
-    yield _gauge(
-        "governor_state",
-        "1 for the governor's state in force, 0 for the others.",
-        "",
-        ["state"],
-        [([s], int(s == state)) for s in states],
-    )
+    yield _states("governor_state", "governor's", GOVERNOR_STATES, governor.get("state"))
     if "policy" in governor:
         info = InfoMetricFamily(PREFIX + "governor", "The governor's policy and profile.")
         info.add_metric(
@@ -197,6 +191,57 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
         build = InfoMetricFamily(PREFIX + "build", "The mcpd version.")
         build.add_metric([], {"version": str(daemon["version"])})
         yield build
+
+
+def _states(name: str, whose: str, known: tuple[str, ...], state: object) -> Metric:
+    """One series per state, 1 for the one in force: a state not in force reads 0, not absent."""
+    states = () if state is None else (*known, *{str(state)} - set(known))
+    return _gauge(
+        name,
+        f"1 for the {whose} state in force, 0 for the others.",
+        "",
+        ["state"],
+        [([s], int(s == state)) for s in states],
+    )
+
+
+def cooling_families(cooling: Mapping[str, Any]) -> Iterator[Metric]:
+    """The cooling's health (README, "Cooling health")."""
+    for name, key, unit, help in (
+        (
+            "thermal_resistance_celsius_per_watt",
+            "thermal_resistance_c_per_w",
+            "celsius_per_watt",
+            "Thermal resistance from the governing sensor to the air, fitted to the board's "
+            "own readings.",
+        ),
+        (
+            "thermal_resistance_baseline_celsius_per_watt",
+            "baseline_c_per_w",
+            "celsius_per_watt",
+            "The board's thermal resistance as first learned (its baseline).",
+        ),
+        (
+            "cooling_drift_ratio",
+            "drift_ratio",
+            "ratio",
+            "Thermal resistance over its baseline: 1.25 is 25 % worse cooling.",
+        ),
+        (
+            "thermal_time_constant_seconds",
+            "time_constant_s",
+            "seconds",
+            "The board's time constant.",
+        ),
+        (
+            "cooling_confidence_ratio",
+            "confidence",
+            "ratio",
+            "How well the last fits agree, 0 to 1.",
+        ),
+    ):
+        yield _gauge(name, help, unit, [], [([], cooling.get(key))])
+    yield _states("cooling_state", "cooling's", COOLING_STATES, cooling.get("state"))
 
 
 def model_families(
