@@ -7,13 +7,14 @@ against the plant's own, the time to flag wear, and no alarm for a warm room.
 
 Each run is the real ControlLoop (the hysteresis governor, as the daemon runs it, with
 bench/quality.py's settings: a 12 W limit, 30 W on the AGX Orin) on a simulated board in simulated
-time (a fake clock: deterministic), its cooling watch refreshed every simulated
-second as the daemon's status path does, under bursts of full load (90 s on, 60 s off). The board
-learns its baseline over its first hours; at 3 h 10 min (simulated, inside a window) comes the scenario's change:
+time (a fake clock: deterministic), its cooling watch refreshed every simulated second as the
+daemon's status path does, under bursts of full load (90 s on, 60 s off), with the daemon's
+sampling (0.2 s, 0.1 s) and [cooling] defaults. The board learns its baseline over its first
+hours; at 3 h 10 min (simulated, inside a window) comes the scenario's change:
 
 - healthy:       nothing
 - fan-stop:      the thermal resistance × 1.6 at once
-- dust:          the thermal resistance rising linearly to × 1.5 over 6 h (+25 % at 6 h)
+- dust:          the thermal resistance rising linearly to × 1.5 over 6 h (+25 % 3 h into it)
 - warm-room:     the air 10 °C warmer at once
 - warm-afternoon: the air 10 °C warmer over 3 h
 

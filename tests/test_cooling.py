@@ -20,9 +20,11 @@ import pytest
 
 from bench.cooling_health import Timeline, run
 from mcpd import config
+from mcpd.config import CoolingSection
 from mcpd.governor.cooling_health import Estimate, Health
 from mcpd.governor.cooling_store import CoolingStore
 from mcpd.governor.daemon import Daemon
+from mcpd.governor.loop_settings import LoopSettings
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
 
 TIMELINE = Timeline(change_at_s=2 * 3600 + 2400, hours=5.0, sample_s=1.0, sustained_s=1800)
@@ -146,3 +148,15 @@ def test_cooling_off_is_neither_fitted_nor_reported(tmp_path: Path) -> None:
         watch.add_power(tenth / 10, 5.0 + tenth % 11)
     assert watch.collector.take() == []
     assert daemon.status()["cooling"]["state"] == "off"
+
+
+def test_a_reload_applies_the_cooling_settings(tmp_path: Path) -> None:
+    sim = Simulator(PROFILES["x86-amd"], tmp_path / "board")
+    sim.build()
+    daemon = daemon_on(sim.root, tmp_path / "state")
+    daemon.loop.start()
+    assert daemon.loop.cooling.settings == CoolingSection()
+    warning = CoolingSection(drift_warning=1.5, sustained_s=600)
+    daemon.loop.request_reload(LoopSettings(cooling=warning))
+    daemon.loop.tick(daemon.loop.clock())
+    assert daemon.loop.cooling.settings == warning
