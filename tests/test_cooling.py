@@ -22,7 +22,7 @@ from bench.cooling_health import Timeline, run
 from mcpd import config
 from mcpd.config import CoolingSection
 from mcpd.governor.cooling_health import Estimate, Health
-from mcpd.governor.cooling_store import CoolingStore
+from mcpd.governor.cooling_store import CoolingStore, key
 from mcpd.governor.daemon import Daemon
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.sim import PROFILES, LoadSchedule, Simulator
@@ -99,8 +99,8 @@ def daemon_on(root: Path, state: Path, **sections: dict[str, object]) -> Daemon:
 
 def test_the_daemon_reports_the_baseline_its_state_folder_keeps(tmp_path: Path) -> None:
     """The status path asks the cooling watch, which finds the board's baseline in the state
-    folder at its first look; the document carries it, its drift from a window since, and the
-    windows; one of another board is not used."""
+    folder at its first look; the document carries it, and its drift in the window since; one of
+    another sensor governing is not used."""
     sim = Simulator(PROFILES["rk3588"], tmp_path / "board", load=LoadSchedule("idle"))
     sim.build()
     daemon = daemon_on(sim.root, tmp_path / "state")
@@ -118,13 +118,13 @@ def test_the_daemon_reports_the_baseline_its_state_folder_keeps(tmp_path: Path) 
         "windows": 0,
         "rejected": 0,
     }
-    board = json.loads(daemon.loop.cooling.collector.board)
-    assert board["platform"] == "rk3588" and board["power"] == "estimate"
+    board = daemon.loop.cooling.collector.board
+    assert json.loads(board)["platform"] == "rk3588" and json.loads(board)["power"] == "estimate"
     now = daemon.loop.clock()
     recent = Estimate(now - 1800, now, 7.0, 36.0, 10.0)
     health = Health(baseline=Estimate(now - 9000, now - 1800, 6.8, 35.0, 10.1), recent=(recent,))
     offset = daemon.loop.wall() - now
-    assert CoolingStore(tmp_path / "state").keep(board, health, offset, now=0.0)
+    assert CoolingStore(tmp_path / "state").keep([(board, health)], offset, now=0.0)
     again = daemon_on(sim.root, tmp_path / "state")
     again.loop.start()
     cooling = again.status()["cooling"]
@@ -132,9 +132,11 @@ def test_the_daemon_reports_the_baseline_its_state_folder_keeps(tmp_path: Path) 
     assert cooling["thermal_resistance_c_per_w"] == 7.0 and cooling["drift_ratio"] == 1.029
     assert cooling["updated"] == pytest.approx(offset + now, abs=0.01)
     assert cooling["confidence"] == 0.333  # one window of the three the figures are made of
-    other = {**board, "temperatures": ["soc-thermal"]}
-    assert CoolingStore(tmp_path / "state").keep(other, health, offset, now=0.0)
-    assert daemon_on(sim.root, tmp_path / "state").status()["cooling"]["state"] == "learning"
+    other = key({**json.loads(board), "temperatures": ["soc-thermal"]})
+    assert CoolingStore(tmp_path / "state").keep([(other, health)], offset, now=0.0)
+    third = daemon_on(sim.root, tmp_path / "state")
+    third.loop.start()
+    assert third.status()["cooling"]["state"] == "learning"
 
 
 def test_cooling_off_is_neither_fitted_nor_reported(tmp_path: Path) -> None:

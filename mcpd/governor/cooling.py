@@ -12,14 +12,13 @@ in the state folder (mcpd.governor.cooling_store).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from mcpd.config import CoolingSection
 from mcpd.events import Event, EventBus
-from mcpd.governor import cooling_fit, cooling_health
+from mcpd.governor import cooling_fit, cooling_health, cooling_store
 from mcpd.governor.board import Board
 from mcpd.governor.cooling_health import Change, Estimate, Health
 from mcpd.governor.cooling_store import CoolingStore
@@ -65,9 +64,14 @@ class CoolingWatch:
         self.wall = wall
         self.collector = WindowCollector()
         self.health = Health()
+        """Of the board the readings are of now."""
         self.windows = 0
         self.rejected = 0
         self._board = ""
+        self._others: dict[str, Health] = {}
+        """The health of every other fingerprint known (from the file, or met before in this
+        run), the most recent last."""
+        self._loaded = False
         self._unsaved = False
 
     # -- the control loop's thread ---------------------------------------------------------------
@@ -75,9 +79,9 @@ class CoolingWatch:
     def begin(self, board: Board, sensors: SensorSet, power: PowerOptions) -> None:
         """The governing readings are of this board and sensors from now on; the same again (a
         re-discovery that found them as they were) changes nothing."""
-        key = json.dumps(fingerprint(board, sensors, power), sort_keys=True)
-        if key != self.collector.board:
-            self.collector.begin(key)
+        board_key = cooling_store.key(fingerprint(board, sensors, power))
+        if board_key != self.collector.board:
+            self.collector.begin(board_key)
 
     def add_temperature(self, t: float, celsius: float) -> None:
         if self.settings.enabled:
@@ -99,7 +103,8 @@ class CoolingWatch:
                 self._take(window)
         if self._unsaved and self.store is not None:
             offset = self.wall() - self.clock()
-            self._unsaved = not self.store.keep(json.loads(self._board), self.health, offset, now)
+            kept = [(self._board, self.health), *reversed(self._others.items())]
+            self._unsaved = not self.store.keep(kept, offset, now)
 
     def reload(self, settings: CoolingSection) -> None:
         self.settings = settings
@@ -126,10 +131,29 @@ class CoolingWatch:
         )
 
     def _switch(self, board: str) -> None:
+        """The readings are of `board` now (at start, or sensors found again differently): its
+        health as last known, from this run or the state folder."""
+        if self._board:
+            self._others[self._board] = self.health
+        if not self._loaded and self.store is not None:
+            self._loaded = True
+            kept = self.store.load(self.wall() - self.clock())
+            known = kept.get(board)
+            if known is not None and known.baseline is not None:
+                log.info(
+                    "cooling: baseline %.2f °C/W from %s",
+                    known.baseline.r_c_per_w,
+                    self.store.path,
+                )
+            elif kept and known is None:
+                log.warning(
+                    "cooling %s: learned on another board, governing sensor or power source; "
+                    "learning this one's baseline",
+                    self.store.path,
+                )
+            self._others = {**kept, **self._others}
         self._board = board
-        offset = self.wall() - self.clock()
-        self.health = Health() if self.store is None else self.store.load(json.loads(board), offset)
-        self._unsaved = False
+        self.health = self._others.pop(board, Health())
 
     def _take(self, window: Window) -> None:
         fitted = cooling_fit.fit(window.temps, window.powers)

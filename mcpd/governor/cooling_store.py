@@ -6,15 +6,18 @@ board that has meanwhile lost its fan. So the health (the baseline, the last win
 progress and since when it is degraded) is kept in the state folder
 (/var/lib/mcpd/cooling.json), with every time as Unix time, and given back at start.
 
-As mcpd.governor.power_map does for learned power: the file says which board, governing sensors
-and power source it was learned on, and a file of anything else (another board, another sensor
-governing, a meter where an estimate was, other Energy Model coefficients: each moves the
-resistance the fit finds) is named in the log and not used. It is read and written through
-mcpd.safefs (never through a planted link), bounded in size, checked entry by entry, replaced
-atomically, at most once a minute and only when the health changed (a window every half hour at
-most: a handful of writes a day). A disk that cannot be written costs the next restart the
-baseline, never the governing. Delete the file after servicing the cooling (a new fan, fresh
-paste): the daemon learns the serviced board's baseline.
+As mcpd.governor.power_map does for learned power, each health says which board, governing
+sensors and power source it was learned on (its fingerprint): another board, another sensor
+governing, a meter where an estimate was, other Energy Model coefficients each move the resistance
+the fit finds, so a health of anything else is not used (mcpd.governor.cooling names a file that
+holds none for the board it runs on). Unlike learned power, the file keeps the health of the last
+`BOARDS` fingerprints, the one in use first: a governing sensor that vanishes for a while (a
+driver unbound, a zone power-gated) changes the fingerprint until it is back, and the baseline of
+the board as it was must outlive that. It is read and written through mcpd.safefs (never through a
+planted link), bounded in size, checked entry by entry, replaced atomically, at most once a minute
+and only when it changed (a window every half hour at most: a handful of writes a day). A disk
+that cannot be written costs the next restart the baseline, never the governing. Delete the file
+after servicing the cooling (a new fan, fresh paste): the daemon learns the serviced board.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,8 @@ log = logging.getLogger("mcpd.governor.cooling")
 
 FILENAME = "cooling.json"
 _FORMAT = 1
-_LIMIT = 2**16
+_LIMIT = 2**18
+BOARDS = 4
 SAVE_INTERVAL_S = 60.0
 _RANGES = {
     "r_c_per_w": (0.0, 1000.0),
@@ -58,36 +62,37 @@ class CoolingStore:
     def path(self) -> Path:
         return self.folder / FILENAME
 
-    def load(self, board: Mapping[str, Any], offset: float) -> Health:
-        """The health kept for `board`, its times moved to the loop's clock (Unix time less
-        `offset`); an empty one when there is none or it is not usable."""
+    def load(self, offset: float) -> dict[str, Health]:
+        """Every health the file keeps, by fingerprint (as `key` writes it), its times moved to
+        the loop's clock (Unix time less `offset`); none when there is no file or it is not
+        usable (named in the log)."""
         try:
             folder = safefs.open_folder(self.folder)
         except FileNotFoundError:
-            return Health()
+            return {}
         except OSError as exc:
             log.warning("cooling: folder %s: %s; learning the baseline again", self.folder, exc)
-            return Health()
+            return {}
         try:
             document = safefs.read_json(folder, FILENAME, _LIMIT)
             if document is None:
-                return Health()
-            health = parse(document, board, offset)
+                return {}
+            healths = parse(document, offset)
         except (OSError, ValueError) as exc:  # safefs.CorruptFileError is a ValueError
             log.warning("cooling %s: %s; learning the baseline again", self.path, exc)
-            return Health()
+            return {}
         finally:
             os.close(folder)
-        log.info("cooling: %s from %s", "baseline" if health.baseline else "learning", self.path)
-        return health
+        return healths
 
     def due(self, now: float) -> bool:
         return now - self._saved_at >= SAVE_INTERVAL_S
 
-    def keep(self, board: Mapping[str, Any], health: Health, offset: float, now: float) -> bool:
-        """Save `health` when the last save is a minute old; True once it is saved (or already
-        was), False when it is to be tried again."""
-        data = render(board, health, offset)
+    def keep(self, healths: Sequence[tuple[str, Health]], offset: float, now: float) -> bool:
+        """Save the healths (by fingerprint, the one in use first; the first `BOARDS`) when the
+        last save is a minute old; True once they are saved (or already were), False when it is
+        to be tried again."""
+        data = render(healths, offset)
         if data == self._saved:
             return True
         if not self.due(now):
@@ -120,87 +125,110 @@ def _estimate(e: Estimate, offset: float) -> dict[str, float]:
     }
 
 
-def render(board: Mapping[str, Any], health: Health, offset: float) -> bytes:
-    run = health.run
-    since = health.degraded_since
-    document = {
-        "format": _FORMAT,
-        "fingerprint": board,
-        "baseline": None if health.baseline is None else _estimate(health.baseline, offset),
-        "learning": [_estimate(e, offset) for e in health.learning],
-        "recent": [_estimate(e, offset) for e in health.recent],
-        "run": None
-        if run is None
-        else {"above": run.above, "start": round(run.start + offset, 3), "windows": run.windows},
-        "degraded_since": None if since is None else round(since + offset, 3),
-    }
-    return json.dumps(document, indent=1).encode()
+def key(board: Mapping[str, Any]) -> str:
+    """A fingerprint as one string: equal boards, equal keys."""
+    return json.dumps(board, sort_keys=True)
 
 
-def parse(document: object, board: Mapping[str, Any], offset: float) -> Health:
-    """The health in a document read by safefs.read_json. Raises ValueError naming what is wrong
-    (or that it was learned on something else)."""
+def render(healths: Sequence[tuple[str, Health]], offset: float) -> bytes:
+    boards = []
+    for board, health in healths[:BOARDS]:
+        run, since = health.run, health.degraded_since
+        boards.append(
+            {
+                "fingerprint": json.loads(board),
+                "baseline": None if health.baseline is None else _estimate(health.baseline, offset),
+                "learning": [_estimate(e, offset) for e in health.learning],
+                "recent": [_estimate(e, offset) for e in health.recent],
+                "run": None
+                if run is None
+                else {
+                    "above": run.above,
+                    "start": round(run.start + offset, 3),
+                    "windows": run.windows,
+                },
+                "degraded_since": None if since is None else round(since + offset, 3),
+            }
+        )
+    return json.dumps({"format": _FORMAT, "boards": boards}, indent=1).encode()
+
+
+def parse(document: object, offset: float) -> dict[str, Health]:
+    """The healths in a document read by safefs.read_json, by fingerprint. Raises ValueError
+    naming what is wrong."""
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         raise ValueError(f"not a format-{_FORMAT} cooling file")
-    if document.get("fingerprint") != json.loads(json.dumps(board)):
-        raise ValueError("learned on another board, governing sensor or power source")
-    baseline = document.get("baseline")
-    run = document.get("run")
+    boards = document.get("boards")
+    if not isinstance(boards, list) or len(boards) > BOARDS:
+        raise ValueError(f'"boards" is not a list of at most {BOARDS}')
+    healths = {}
+    for number, entry in enumerate(boards):
+        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict):
+            raise ValueError(f"boards[{number}] has no fingerprint")
+        healths[key(entry["fingerprint"])] = _health(f"boards[{number}]", entry, offset)
+    return healths
+
+
+def _health(where: str, entry: dict[str, Any], offset: float) -> Health:
+    baseline = entry.get("baseline")
+    run = entry.get("run")
     if run is not None and not isinstance(run, dict):
-        raise ValueError('"run" is not an object')
+        raise ValueError(f"{where}.run is not an object")
     return Health(
-        baseline=None if baseline is None else _parse_estimate("baseline", baseline, offset),
-        learning=_estimates(document, "learning", BASELINE_WINDOWS - 1, offset),
-        recent=_estimates(document, "recent", RECENT, offset),
-        run=None if run is None else _parse_run(run, offset),
-        degraded_since=_time(document, "degraded_since", offset, optional=True),
+        baseline=None
+        if baseline is None
+        else _parse_estimate(f"{where}.baseline", baseline, offset),
+        learning=_estimates(entry, where, "learning", BASELINE_WINDOWS - 1, offset),
+        recent=_estimates(entry, where, "recent", RECENT, offset),
+        run=None if run is None else _parse_run(f"{where}.run", run, offset),
+        degraded_since=_time(entry, "degraded_since", offset, where, optional=True),
     )
 
 
 def _estimates(
-    document: dict[str, Any], key: str, most: int, offset: float
+    entry: dict[str, Any], where: str, name: str, most: int, offset: float
 ) -> tuple[Estimate, ...]:
-    entries = document.get(key)
+    entries = entry.get(name)
     if not isinstance(entries, list) or len(entries) > most:
-        raise ValueError(f'"{key}" is not a list of at most {most}')
-    return tuple(_parse_estimate(f"{key}[{i}]", e, offset) for i, e in enumerate(entries))
+        raise ValueError(f"{where}.{name} is not a list of at most {most}")
+    return tuple(_parse_estimate(f"{where}.{name}[{i}]", e, offset) for i, e in enumerate(entries))
 
 
 def _parse_estimate(where: str, entry: object, offset: float) -> Estimate:
     if not isinstance(entry, dict):
         raise ValueError(f"{where} is not an object")
     figures = []
-    for key, (low, high) in _RANGES.items():
-        value = _number(entry, key, where)
+    for name, (low, high) in _RANGES.items():
+        value = _number(entry, name, where)
         if not low < value < high:
-            raise ValueError(f"{where}.{key} {value!r} is not in ({low:g}, {high:g})")
+            raise ValueError(f"{where}.{name} {value!r} is not in ({low:g}, {high:g})")
         figures.append(value)
     start, end = _time(entry, "start", offset, where), _time(entry, "end", offset, where)
     assert start is not None and end is not None
     return Estimate(start, end, *figures)
 
 
-def _parse_run(run: dict[str, Any], offset: float) -> Run:
+def _parse_run(where: str, run: dict[str, Any], offset: float) -> Run:
     above, windows = run.get("above"), run.get("windows")
     if not isinstance(above, bool):
-        raise ValueError("run.above is not true or false")
+        raise ValueError(f"{where}.above is not true or false")
     if isinstance(windows, bool) or not isinstance(windows, int) or windows < 1:
-        raise ValueError(f"run.windows {windows!r} is not a count")
-    start = _time(run, "start", offset, "run")
+        raise ValueError(f"{where}.windows {windows!r} is not a count")
+    start = _time(run, "start", offset, where)
     assert start is not None
     return Run(above, start, windows)
 
 
-def _number(entry: Mapping[str, Any], key: str, where: str) -> float:
-    value = entry.get(key)
+def _number(entry: Mapping[str, Any], name: str, where: str) -> float:
+    value = entry.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}.{key} {value!r} is not a number")
+        raise ValueError(f"{where}.{name} {value!r} is not a number")
     return float(value)
 
 
 def _time(
-    entry: Mapping[str, Any], key: str, offset: float, where: str = "", *, optional: bool = False
+    entry: Mapping[str, Any], name: str, offset: float, where: str, *, optional: bool = False
 ) -> float | None:
-    if optional and entry.get(key) is None:
+    if optional and entry.get(name) is None:
         return None
-    return _number(entry, key, where or "cooling") - offset
+    return _number(entry, name, where) - offset
