@@ -74,6 +74,17 @@ def watch(folder: Path, clock: list[float]) -> CoolingWatch:
     )
 
 
+def feed_window(cooling: CoolingWatch, clock: list[float], start: float) -> None:
+    """A half hour of a two-mass board under bursts, one reading of each every step, from
+    `start`; then the status path's look."""
+    temps, powers = board(bursts)
+    for step, (celsius, watts) in enumerate(zip([*temps, 0.0], [*powers, 0.0], strict=True)):
+        clock[0] = start + step * STEP_S
+        cooling.add_temperature(clock[0], celsius)
+        cooling.add_power(clock[0], watts)
+    cooling.refresh(clock[0])
+
+
 def test_the_watch_takes_the_baseline_of_its_board_and_keeps_the_others(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -90,12 +101,7 @@ def test_the_watch_takes_the_baseline_of_its_board_and_keeps_the_others(
     cooling.collector.begin(OTHER)
     cooling.refresh(clock[0])
     assert cooling.health == Health() and cooling.status().state == "learning"
-    temps, powers = board(bursts)  # a window under the other sensors
-    for step, (celsius, watts) in enumerate(zip([*temps, 0.0], [*powers, 0.0], strict=True)):
-        clock[0] = 20_000.0 + step * STEP_S
-        cooling.add_temperature(clock[0], celsius)
-        cooling.add_power(clock[0], watts)
-    cooling.refresh(clock[0])
+    feed_window(cooling, clock, 20_000.0)  # a window under the other sensors
     assert len(cooling.health.learning) == 1 and cooling.windows == 1
     saved = CoolingStore(tmp_path).load(OFFSET)
     assert list(saved) == [OTHER, KEY] and saved[KEY] == HEALTH
@@ -104,6 +110,18 @@ def test_the_watch_takes_the_baseline_of_its_board_and_keeps_the_others(
     cooling.collector.begin(KEY)
     cooling.refresh(clock[0])
     assert cooling.health == HEALTH and cooling.status().state == "rising"
+
+
+def test_the_file_keeps_the_most_recent_first_across_restarts(tmp_path: Path) -> None:
+    third = key({**BOARD, "temperatures": ["tj-thermal"]})
+    kept = [(KEY, HEALTH), (OTHER, Health(learning=(BASE,))), (third, Health())]
+    assert CoolingStore(tmp_path).keep(kept, OFFSET, now=0.0)
+    clock = [0.0]
+    cooling = watch(tmp_path, clock)
+    cooling.collector.begin(KEY)
+    feed_window(cooling, clock, 20_000.0)
+    assert cooling.windows == 1
+    assert list(CoolingStore(tmp_path).load(OFFSET)) == [KEY, OTHER, third]
 
 
 def test_a_file_of_other_boards_only_is_named_and_not_used(

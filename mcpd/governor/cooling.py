@@ -151,7 +151,8 @@ class CoolingWatch:
                     "learning this one's baseline",
                     self.store.path,
                 )
-            self._others = {**kept, **self._others}
+            # The file has the most recent first; these are kept the most recent last.
+            self._others = {**dict(reversed(kept.items())), **self._others}
         self._board = board
         self.health = self._others.pop(board, Health())
 
@@ -195,6 +196,6 @@ class CoolingWatch:
             "baseline_c_per_w": round(base, 3),
             "drift_ratio": None if status.drift_ratio is None else round(status.drift_ratio, 3),
             "time_constant_s": None if status.tau_s is None else round(status.tau_s, 1),
-            "since": status.since,
+            "since": None if status.since is None else round(status.since, 3),
         }
         self.events.publish(Event("cooling", message, data))
