@@ -74,31 +74,32 @@ class WindowFit:
     """The standard error of R from the least-squares fit (residuals taken as independent)."""
 
 
-@dataclass(frozen=True)
-class _Lagged:
-    """The power through one first-order lag, as means per step, and the decay of a starting
-    offset (its mean per step, up to a factor)."""
-
-    tau_s: float
-    means: list[float]
-    decay: list[float]
-
-
-def _lag(powers: Sequence[float], tau_s: float, step_s: float) -> _Lagged:
-    alpha = math.exp(-step_s / tau_s)
-    spread = tau_s / step_s * (1.0 - alpha)  # the mean over a step of e^(−t/τ) from its start
-    state = powers[0]  # the mass as if settled at the first step's power; the decay takes the rest
-    means, decay, left = [], [], 1.0
-    for watts in powers:
-        means.append(watts + (state - watts) * spread)
-        decay.append(left)
-        state = alpha * state + (1.0 - alpha) * watts
-        left *= alpha
-    return _Lagged(tau_s, means, decay)
-
-
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
     return float(sum(map(operator.mul, a, b)))
+
+
+class _Lagged:
+    """The power through one first-order lag, as means per step, and the decay of a starting
+    offset (its mean per step, up to a factor); with their products with themselves and with
+    the readings, which every pair this lag is in shares."""
+
+    def __init__(
+        self, temps: Sequence[float], powers: Sequence[float], tau_s: float, step_s: float
+    ) -> None:
+        alpha = math.exp(-step_s / tau_s)
+        spread = tau_s / step_s * (1.0 - alpha)  # the mean over a step of e^(−t/τ) from its start
+        state = powers[0]  # the mass as if settled at the first step's power; the decay the rest
+        means, decay, left = [], [], 1.0
+        for watts in powers:
+            means.append(watts + (state - watts) * spread)
+            decay.append(left)
+            state = alpha * state + (1.0 - alpha) * watts
+            left *= alpha
+        self.means, self.decay = means, decay
+        self.sums = (_dot([1.0] * len(means), means), _dot([1.0] * len(decay), decay))
+        self.means_means, self.means_decay = _dot(means, means), _dot(means, decay)
+        self.decay_decay = _dot(decay, decay)
+        self.moments = (_dot(means, temps), _dot(decay, temps))
 
 
 class _Problem:
@@ -115,25 +116,27 @@ class _Problem:
 
     def lag(self, tau_s: float) -> _Lagged:
         if tau_s not in self._lags:
-            self._lags[tau_s] = _lag(self.powers, tau_s, self.step_s)
+            self._lags[tau_s] = _Lagged(self.temps, self.powers, tau_s, self.step_s)
         return self._lags[tau_s]
 
     def fit(
         self, fast_tau_s: float, slow_tau_s: float
     ) -> tuple[float, list[float], list[list[float]]] | None:
-        """(residual sum of squares, coefficients, normal matrix), or None when singular."""
-        columns = [
-            [1.0] * self.n,
-            self.lag(fast_tau_s).means,
-            self.lag(slow_tau_s).means,
-            self.lag(fast_tau_s).decay,
-            self.lag(slow_tau_s).decay,
+        """(residual sum of squares, coefficients, normal matrix), or None when singular. The
+        columns are 1, the fast lag's means, the slow one's, the fast decay, the slow one."""
+        fast, slow = self.lag(fast_tau_s), self.lag(slow_tau_s)
+        means_means = _dot(fast.means, slow.means)
+        means_decay = _dot(fast.means, slow.decay)
+        decay_means = _dot(fast.decay, slow.means)
+        decay_decay = _dot(fast.decay, slow.decay)
+        normal = [
+            [float(self.n), fast.sums[0], slow.sums[0], fast.sums[1], slow.sums[1]],
+            [fast.sums[0], fast.means_means, means_means, fast.means_decay, means_decay],
+            [slow.sums[0], means_means, slow.means_means, decay_means, slow.means_decay],
+            [fast.sums[1], fast.means_decay, decay_means, fast.decay_decay, decay_decay],
+            [slow.sums[1], means_decay, slow.means_decay, decay_decay, slow.decay_decay],
         ]
-        normal = [[0.0] * 5 for _ in range(5)]
-        for i in range(5):
-            for j in range(i, 5):
-                normal[i][j] = normal[j][i] = _dot(columns[i], columns[j])
-        moments = [self.t_sum, *(_dot(column, self.temps) for column in columns[1:])]
+        moments = [self.t_sum, fast.moments[0], slow.moments[0], fast.moments[1], slow.moments[1]]
         coefficients = solve(normal, moments)
         if coefficients is None:
             return None
