@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from governors.params import PARAMETER_NAMES, GovernorParams
+from mcpd.brokers import DEFAULT_PORT, Broker
+from mcpd.brokers import parse as parse_broker
 from mcpd.listen import tcp_address
 from mcpd.schema import Check, Invalid, build, key_path
+from safefs import NotAFile, open_regular
+from sensors import cpulist
 from sensors.discovery import PowerOptions
-from sensors.sysfs import NotAFile, open_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,6 +72,7 @@ class DaemonSection:
     body_timeout_ms: Timeout = 30_000
     send_timeout_ms: Timeout = 10_000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    placement: Literal["auto", "off"] = "auto"
 
 
 def _loopback_unless_allowed(
@@ -276,6 +280,8 @@ class OpenVinoOptions:
 
 
 BatchSize = Annotated[int, Check(ge=1, le=4096)]
+CpuList = Annotated[str, Check(pattern=r"([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?", max_length=1024)]
+"""CPUs in the kernel's list format ("4-7", "0,2,4-5"; sensors/cpulist.py); "" for none."""
 
 EXTENSIONS = {".onnx": "onnxruntime", ".ort": "onnxruntime", ".rknn": "rknn", ".xml": "openvino"}
 """The backend that serves a model file by its extension, where `backend = "auto"`."""
@@ -298,8 +304,14 @@ class ModelSection:
     optimize: Literal["off", "auto", "fp32", "bf16", "fp16", "int8", "int4"] = "off"
     min_cosine: Annotated[float, Check(ge=0, le=1)] = 0.98
     calibration: str = ""
+    # Where its threads run, instead of the placement plan's share of the fastest cores.
+    cpus: CpuList = ""
 
     def __post_init__(self) -> None:
+        if self.cpus and cpulist.parse(self.cpus) is None:
+            raise ValueError(
+                f"cpus = {self.cpus!r}: a range runs backwards or past CPU {cpulist.MAX_CPU}"
+            )
         too_big = [size for size in self.preferred_batch_sizes if size > self.max_batch]
         if too_big:
             raise ValueError(f"preferred_batch_sizes {too_big} exceed max_batch {self.max_batch}")
@@ -359,8 +371,10 @@ TopicPrefix = Annotated[str, Check(pattern=r"^[^#+/\x00]+(/[^#+/\x00]+)*$", max_
 @dataclass(frozen=True)
 class MqttSection:
     enabled: bool = False
-    host: str = "localhost"
-    port: Annotated[int, Check(ge=1, le=65535)] = 1883
+    # One broker (host, port: localhost:1883 when neither is set), or `brokers`, never both.
+    host: str | None = None
+    port: Annotated[int, Check(ge=1, le=65535)] | None = None
+    brokers: tuple[str, ...] = ()
     protocol: Literal["5", "3.1.1"] = "5"
     # One topic level that Home Assistant also accepts in its object ids.
     device_id: Annotated[str, Check(pattern=r"^[A-Za-z0-9_-]*$", max_length=64)] = ""
@@ -377,13 +391,28 @@ class MqttSection:
     homeassistant_discovery: bool = False
     homeassistant_prefix: TopicPrefix = "homeassistant"
     commands_enabled: bool = False
+    heartbeat_s: Annotated[int, Check(ge=1, le=86_400)] = 30
 
     def __post_init__(self) -> None:
+        if self.brokers and (self.host is not None or self.port is not None):
+            raise ValueError("brokers and host/port are both set: list every broker in brokers")
+        for index, text in enumerate(self.brokers):
+            try:
+                parse_broker(text)
+            except ValueError as exc:
+                raise ValueError(f"brokers[{index}]: {exc}") from None
         # MQTT 3.1.1 has no password without a user name (MQTT-3.1.2-22).
         if self.password_file and not self.username:
             raise ValueError("password_file needs a username")
         if self.tls.key_file and not self.tls.cert_file:
             raise ValueError("tls.key_file needs a tls.cert_file")
+
+    def addresses(self) -> tuple[Broker, ...]:
+        """The brokers, as configured: `brokers`, else `host`/`port` as a list of one."""
+        if self.brokers:
+            return tuple(parse_broker(text) for text in self.brokers)
+        port = DEFAULT_PORT if self.port is None else self.port
+        return (Broker(self.host or "localhost", port),)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ Two channels, each chosen for what crosses it:
 - A socket pair (mcpd.channel) for messages, one JSON object each, of the TypedDicts below:
     governor -> serving  ConfigMessage      at start and at every reload: the whole configuration,
                                             already validated, with the number of the
-                                            configurations the governor has sent so far
+                                            configurations the governor has sent so far and the
+                                            placement plan made for it
     serving -> governor  ConfiguredMessage  the acknowledgement of each configuration (one refused
                                             at start ends that serving process, one refused on
                                             reload leaves the previous one)
@@ -46,7 +47,7 @@ from typing import Any, Literal, TypedDict, cast
 from mcpd.config import MAX_MODELS
 from mcpd.shapes import mismatches
 from mcpd.snapshot import ModelStats
-from mcpd.status import StatusDocument
+from mcpd.status import PlacementDoc, StatusDocument
 
 MAGIC = b"MCPDIPC1"
 SLOTS = MAX_MODELS
@@ -80,6 +81,8 @@ class ConfigMessage(TypedDict):
     """mcpd.config.Config as dataclasses.asdict makes it; serving parses it (mcpd.config.parse)."""
     slots: dict[str, int]
     """Each configured model's slot in the shared block."""
+    placement: PlacementDoc
+    """Where serving's event loop and each model's threads run (mcpd/placement/plan.py)."""
 
 
 class ConfiguredMessage(TypedDict):

@@ -3,9 +3,10 @@
 The document is the payload of `GET /v2/mcpd/status` and the body of each MQTT telemetry message;
 its keys are a stable interface (README, "Status document"). The TypedDicts below are that
 interface, the one place it is written down: the governor builds the document with them, and the
-status endpoint, the telemetry encoder, Home Assistant discovery and the metrics read it through
-them (mypy --strict checks every key). Keys are only ever added. The line is systemd's STATUS= and
-the demo's live output.
+status endpoint, the telemetry encoder and Home Assistant discovery read it through them (mypy
+--strict checks every key); the metrics read it key by key, as they must also read the empty one
+that stands in before the governor's first (mcpd.serving.metrics). Keys are only ever added. The
+line is systemd's STATUS= and the demo's live output.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Literal, TypedDict
 from mcpd import __version__
 from mcpd.percentiles import DurationSummary
 from mcpd.snapshot import CoolingStatus, ModelStats, Snapshot, WriteFailure
-from sensors.sysfs import read_text
+from safefs import read_text
 
 GovernorState = Literal[
     "starting",
@@ -160,9 +161,61 @@ class ServingDoc(TypedDict):
     serving refused it); None when it does."""
 
 
+class CpusDoc(TypedDict):
+    """Where the placement plan puts a process or a thread group (mcpd/placement/plan.py)."""
+
+    cpus: str
+    """A CPU list ("4-7"); "" where nothing is placed and the scheduler chooses."""
+    skipped: str | None
+    """Why it is not applied (CPUs this machine does not have, placement off); None when it is."""
+
+
+class ModelPlacementDoc(CpusDoc):
+    threads: int
+    """The model's CPU threads (onnxruntime's intra-op threads, OpenVINO's inference threads);
+    0 where the runtime chooses."""
+    thread_cpus: list[int]
+    """Thread i runs on thread_cpus[i]: the first is the model's worker thread, which runs each
+    batch (onnxruntime counts it as one of its intra-op threads)."""
+    configured: bool
+    """Its CPUs are `[[models]] cpus`, not the plan's."""
+    core_type: str | None
+    """"core" (P-cores) or "atom" (E-cores) where all its CPUs are of one kind of an Intel hybrid
+    part (OpenVINO's SCHEDULING_CORE_TYPE follows it); None elsewhere."""
+    smt: bool
+    """Two of its threads share a physical core (more threads than cores asked for)."""
+
+
+class PlacementDoc(TypedDict):
+    mode: Literal["auto", "off"]
+    """`[daemon] placement`."""
+    usable: str
+    """The CPUs mcpd may use here (its affinity at start: a cpuset or `taskset` narrows it); what
+    is not placed runs on them."""
+    ranked_by: str
+    """What tells fast CPUs from efficient ones here: "cpu_capacity", "core type", "max
+    frequency", or "nothing" (every CPU alike)."""
+    governor: CpusDoc
+    serving_loop: CpusDoc
+    """The serving process's event loop (and the threads it starts but the models')."""
+    models_cpus: CpusDoc
+    """The CPUs models without `cpus` of their own share out, one thread per physical core."""
+    models: dict[str, ModelPlacementDoc]
+    note: str
+    """The plan in one sentence."""
+
+
 class LoopDoc(TypedDict):
     sample_lateness: DurationSummary | None
     sample_to_write: DurationSummary | None
+
+
+class MqttDoc(TypedDict):
+    broker: str | None
+    """HOST:PORT of the broker the board is connected to (one of `[mqtt] brokers`); None while it
+    is not connected."""
+    since: float | None
+    """Unix time of that connection (its CONNACK); None while not connected."""
 
 
 class StatusDocument(TypedDict):
@@ -185,6 +238,9 @@ class StatusDocument(TypedDict):
     daemon: DaemonDoc
     serving: ServingDoc
     loop: LoopDoc
+    mqtt: MqttDoc | None
+    """The telemetry's connection; None when `[mqtt] enabled` is false."""
+    placement: PlacementDoc
 
 
 class DaemonStats:
@@ -278,6 +334,9 @@ def document(
     loop: LoopDoc,
     serving: ServingDoc,
     joules: Mapping[str, float | None] | None = None,
+    mqtt: MqttDoc | None = None,
+    *,
+    placement: PlacementDoc,
 ) -> StatusDocument:
     last = snapshot.last_action
     return {
@@ -321,6 +380,8 @@ def document(
         "daemon": daemon,
         "serving": serving,
         "loop": loop,
+        "mqtt": mqtt,
+        "placement": placement,
     }
 
 

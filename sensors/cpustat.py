@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sensors.sysfs import open_regular
+from safefs import open_regular
 
 _HEAD_BYTES = 65536
 _IDLE_FIELDS = (3, 4)  # idle, iowait

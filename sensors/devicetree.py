@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from safefs import open_regular
 from sensors.power_model import DomainModel, Opp
-from sensors.sysfs import list_dir, open_regular
+from sensors.sysfs import list_dir
 
 _MAX_PROPERTY = 4096
 

@@ -50,31 +50,45 @@ class Episodes(Generic[Key]):
 
 class Repeats(Generic[Key]):
     """A problem that can repeat thousands of times a second (a command flood, a failing load
-    asked for in a loop, a udev storm): said the first time, then at most once per `interval_s`
-    per key, with how many times it happened unsaid in between. Episodes suits a problem that ends
-    with a success; this one, repeats that have no end to wait for. At most `limit` keys are kept
-    (the least recently said is forgotten), so varying keys cannot grow it without bound. No clock
-    of its own: the caller passes `now`."""
+    asked for in a loop, a udev storm): said the first time, then at most `times` times per
+    `interval_s` per key (the interval starting at the first said), with how many times it happened
+    unsaid in between. Episodes suits a problem that ends with a success; this one, repeats that
+    have no end to wait for. At most `limit` keys are kept (the least recently said is forgotten),
+    so varying keys cannot grow it without bound. No clock of its own: the caller passes `now`."""
 
-    def __init__(self, interval_s: float, *, limit: int = 256) -> None:
+    def __init__(self, interval_s: float, *, times: int = 1, limit: int = 256) -> None:
         self.interval_s = interval_s
+        self.times = times
         self.limit = limit
-        self._said: OrderedDict[Key, tuple[float, int]] = OrderedDict()
-        """Per key: when it was last said, and how many times it happened since, unsaid."""
+        self._said: OrderedDict[Key, tuple[float, int, int]] = OrderedDict()
+        """Per key: when its interval started, how many times it was said in it, and how many
+        times it happened since it was last said, unsaid."""
 
     def say(self, key: Key, now: float) -> int | None:
         """Record one occurrence. None: stay quiet. Otherwise say it now, with the returned number
         of occurrences that were not said since it was last said (0 the first time)."""
         said = self._said.get(key)
-        if said is not None and now - said[0] < self.interval_s:
-            self._said[key] = (said[0], said[1] + 1)
+        if said is None or now - said[0] >= self.interval_s:
+            self._said[key] = (now, 1, 0)
+        elif said[1] < self.times:
+            self._said[key] = (said[0], said[1] + 1, 0)
+        else:
+            self._said[key] = (said[0], said[1], said[2] + 1)
             return None
-        self._said[key] = (now, 0)
         self._said.move_to_end(key)
         if len(self._said) > self.limit:
             self._said.popitem(last=False)
-        return 0 if said is None else said[1]
+        return 0 if said is None else said[2]
+
+    def quiet(self, key: Key, now: float) -> bool:
+        """Whether `say(key, now)` would stay quiet; records nothing."""
+        said = self._said.get(key)
+        return said is not None and now - said[0] < self.interval_s and said[1] >= self.times
+
+    def forget(self) -> None:
+        """Forget every key: whatever happens next is said as if for the first time."""
+        self._said.clear()
 
     def unsaid(self) -> int:
         """Occurrences not said yet, over every key."""
-        return sum(count for _, count in self._said.values())
+        return sum(unsaid for _, _, unsaid in self._said.values())

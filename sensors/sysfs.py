@@ -23,14 +23,12 @@ import errno
 import logging
 import os
 import re
-import stat
 from pathlib import Path
 
+from safefs import PAGE_SIZE, NotAFile, open_regular, read_text
 from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.sensors")
-
-_READ_SIZE = 4096  # one sysfs page: no attribute is longer
 
 # What the kernel's %d, %u, %ld and %lld print: no sign but "-", no leading zero, no "-0", at most
 # the 19 digits of a 64-bit value.
@@ -43,42 +41,6 @@ _FAILURES: Episodes[str] = Episodes(limit=_MAX_FAILURES)
 """Path -> why it is failing, for every attribute in a fault episode. Per path rather than per
 Attribute, so that re-discovery (new Attribute objects for the same files) does not start a second
 episode in the log. Only the control loop's thread reads sensors."""
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, for error messages."""
-    kinds = {
-        stat.S_IFDIR: "a directory",
-        stat.S_IFIFO: "a FIFO",
-        stat.S_IFSOCK: "a socket",
-        stat.S_IFCHR: "a character device",
-        stat.S_IFBLK: "a block device",
-    }
-    return kinds.get(stat.S_IFMT(mode), "not a plain file")
-
-
-class NotAFile(OSError):
-    """Something other than a regular file where one was expected (FIFO, device, socket,
-    directory), or a sysfs attribute longer than any attribute is."""
-
-
-def open_regular(
-    path: str | Path, *, follow_symlinks: bool = True, access: int = os.O_RDONLY
-) -> int:
-    """A descriptor for a regular file (by default for reading), opened without ever blocking:
-    O_NONBLOCK makes open() of a FIFO return at once (or fail with ENXIO for writing), and
-    anything but a regular file raises NotAFile. The one way mcpd opens the files it reads
-    (sensors, config, spool, verdicts) and the spool it appends to."""
-    flags = access | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags if follow_symlinks else flags | os.O_NOFOLLOW)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotAFile(f"not a regular file ({file_kind(mode)})")
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 def resolve(path: str | Path) -> str:
@@ -99,16 +61,6 @@ def resolve(path: str | Path) -> str:
     if resolved.startswith("/") and not resolved.endswith(" (deleted)"):
         return resolved
     return os.path.realpath(path)  # removed meanwhile, or outside this process's root
-
-
-def read_text(path: str | Path) -> str:
-    """Read a whole attribute (its first page). Raises OSError; callers in the loop use
-    `Attribute` instead."""
-    fd = open_regular(path)
-    try:
-        return os.read(fd, _READ_SIZE).decode("ascii", errors="replace")
-    finally:
-        os.close(fd)
 
 
 def try_read_text(path: str | Path) -> str | None:
@@ -252,9 +204,9 @@ class Attribute:
 
 
 def _page(fd: int) -> str:
-    data = os.pread(fd, _READ_SIZE + 1, 0)
-    if len(data) > _READ_SIZE:
-        raise NotAFile(f"longer than a sysfs attribute ({_READ_SIZE} bytes)")
+    data = os.pread(fd, PAGE_SIZE + 1, 0)
+    if len(data) > PAGE_SIZE:
+        raise NotAFile(f"longer than a sysfs attribute ({PAGE_SIZE} bytes)")
     return data.decode("ascii", errors="replace")
 
 

@@ -7,6 +7,7 @@ on the same port to play a broker outage.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import os
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
@@ -54,18 +55,47 @@ class TlsFiles:
     client_key: Path
 
 
+_EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def _openssl(folder: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+
+def _signed(folder: Path, name: str, extension: str) -> tuple[Path, Path]:
+    """A certificate `name`.pem and its key, signed by the CA in `folder`."""
+    subject = f"/CN=mcpd test {name}"
+    _openssl(folder, "req", *_EC, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject)
+    (folder / f"{name}.ext").write_text(extension + "\n")
+    _openssl(
+        folder,
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-extfile",
+        f"{name}.ext",
+    )
+    return folder / f"{name}.pem", folder / f"{name}.key"
+
+
 def make_certificates(folder: Path) -> TlsFiles:
     """A CA, a server certificate for 127.0.0.1/localhost and a client certificate (openssl)."""
     folder.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl(
+    _openssl(
+        folder,
         "req",
         "-x509",
-        *ec,
+        *_EC,
         "-keyout",
         "ca.key",
         "-out",
@@ -75,45 +105,25 @@ def make_certificates(folder: Path) -> TlsFiles:
         "-subj",
         "/CN=mcpd test CA",
     )
-    for name, extra in (
-        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ):
-        openssl(
-            "req",
-            *ec,
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            f"/CN=mcpd test {name}",
-        )
-        (folder / f"{name}.ext").write_text(extra + "\n")
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.pem",
-            "-days",
-            "2",
-            "-extfile",
-            f"{name}.ext",
-        )
-    return TlsFiles(
-        folder / "ca.pem",
-        folder / "server.pem",
-        folder / "server.key",
-        folder / "client.pem",
-        folder / "client.key",
-    )
+    server = _signed(folder, "server", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+    client = _signed(folder, "client", "extendedKeyUsage=clientAuth")
+    return TlsFiles(folder / "ca.pem", *server, *client)
+
+
+def server_certificate(tls: TlsFiles, name: str, names: str) -> TlsFiles:
+    """`tls` with a server certificate of its own CA for other `names` (subjectAltName values)."""
+    cert, key = _signed(tls.ca.parent, name, f"subjectAltName={names}")
+    return dataclasses.replace(tls, server_cert=cert, server_key=key)
+
+
+class Endpoint(Protocol):
+    """Where a client connects: a Mosquitto, or a node of a cluster (tests/engines.py)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def tls(self) -> TlsFiles | None: ...
 
 
 class Mosquitto:
@@ -265,11 +275,25 @@ class Received:
 class Recorder:
     """A subscriber that keeps every message it gets, and waits for the ones a test expects."""
 
-    def __init__(self, broker: Mosquitto, *topics: str, session: str = "", **auth: Any) -> None:
+    def __init__(
+        self,
+        broker: Endpoint,
+        *topics: str,
+        session: str = "",
+        host: str = "127.0.0.1",
+        protocol: str = "5",
+        **auth: Any,
+    ) -> None:
         """`session`: a client id whose session (and queued messages) outlive a disconnection."""
         self.messages: list[Received] = []
         self._cond = threading.Condition()
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, session, protocol=paho.MQTTv5)
+        v5 = protocol == "5"
+        self.client = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            session,
+            protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+            clean_session=None if v5 else not session,
+        )
         self.client.reconnect_delay_set(1, 1)
         if auth.get("username"):
             self.client.username_pw_set(auth["username"], auth.get("password"))
@@ -280,11 +304,12 @@ class Recorder:
         self.client.on_message = self._on_message
         subscribed = threading.Event()
         self.client.on_subscribe = lambda *_: subscribed.set()
-        properties = Properties(PacketTypes.CONNECT)
-        properties.SessionExpiryInterval = 600 if session else 0
-        self.client.connect(
-            "127.0.0.1", broker.port, clean_start=not session, properties=properties
-        )
+        if v5:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = 600 if session else 0
+            self.client.connect(host, broker.port, clean_start=not session, properties=properties)
+        else:
+            self.client.connect(host, broker.port)
         self.client.loop_start()
         self.client.subscribe([(topic, 1) for topic in topics])
         if not subscribed.wait(10):
@@ -329,7 +354,7 @@ class Recorder:
 
 
 @contextmanager
-def recording(broker: Mosquitto, *topics: str, **options: Any) -> Iterator[Recorder]:
+def recording(broker: Endpoint, *topics: str, **options: Any) -> Iterator[Recorder]:
     recorder = Recorder(broker, *topics, **options)
     try:
         yield recorder
@@ -337,7 +362,7 @@ def recording(broker: Mosquitto, *topics: str, **options: Any) -> Iterator[Recor
         recorder.close()
 
 
-def settings(broker: Mosquitto, **overrides: Any) -> MqttSection:
+def settings(broker: Endpoint, **overrides: Any) -> MqttSection:
     """[mqtt] for a test: this broker, 5 Hz telemetry, retries every second at most."""
     values: dict[str, Any] = {
         "enabled": True,
@@ -346,6 +371,8 @@ def settings(broker: Mosquitto, **overrides: Any) -> MqttSection:
         "telemetry_ms": 200,
         "reconnect_max_s": 1,
     }
+    if "brokers" in overrides:
+        del values["host"], values["port"]
     return build(MqttSection, {**values, **overrides})
 
 

@@ -10,10 +10,19 @@ import threading
 import time
 from collections.abc import Callable
 
-from mcpd import status
+from mcpd import config, status
+from mcpd.placement import plan
 from mcpd.snapshot import DomainStatus, LastAction, ModelStats, Snapshot
+from sensors.topology import Cpu, CpuTopology
 
 DOMAINS = (("policy0", "cpufreq", 1510.4), ("17000000.gpu", "devfreq", 624.75))
+
+
+def placement() -> status.PlacementDoc:
+    """The plan for the demo model on six CPUs with nothing to tell them apart (an Orin Nano)."""
+    cpus = tuple(Cpu(n, 1024, 1510400, frozenset({n}), frozenset({n}), None, 0) for n in range(6))
+    demo = config.parse({"models": [{"name": "demo", "path": "demo.onnx"}]})
+    return plan.make(demo, CpuTopology(cpus, frozenset(range(6))), range(6)).doc()
 
 
 class FakeBoard:
@@ -72,4 +81,4 @@ class FakeBoard:
             "last_exit": None,
             "config_error": None,
         }
-        return status.document(snapshot, models, daemon, loop, serving)
+        return status.document(snapshot, models, daemon, loop, serving, placement=placement())

@@ -16,6 +16,7 @@ from mcpd.config import Config, ModelSection, parse
 from mcpd.events import Event, EventBus
 from mcpd.serving.service import InferenceService
 from mcpd.status import StatusDocument
+from tests.mqtt_status import placement
 
 T = TypeVar("T")
 
@@ -82,6 +83,8 @@ def status_document() -> StatusDocument:
             "config_error": None,
         },
         "loop": {"sample_lateness": None, "sample_to_write": None},
+        "mqtt": {"broker": "broker-2.lan:1883", "since": 0.5},
+        "placement": placement(),
     }
 
 

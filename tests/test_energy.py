@@ -14,6 +14,7 @@ from mcpd.ctl import main
 from mcpd.governor.energy import IDLE_S, WINDOW_S, EnergyAccount, Served
 from mcpd.snapshot import ModelStats
 from tests.fakesys import FakeSysfs
+from tests.mqtt_status import placement
 from tests.serving_models import scale
 from tests.serving_server import Served as Server
 from tests.serving_server import config, status_document
@@ -63,7 +64,9 @@ def test_the_status_document_carries_joules_per_inference() -> None:
     from tests.test_status_thermal import snapshot
 
     stats = {"m": ModelStats(True, requests=3), "n": ModelStats(True)}
-    document = status.document(snapshot(), stats, {}, {}, {}, {"m": 0.123456})
+    document = status.document(
+        snapshot(), stats, {}, {}, {}, {"m": 0.123456}, placement=placement()
+    )
     assert document["inference"]["m"]["joules_per_inference"] == 0.1235
     assert document["inference"]["n"]["joules_per_inference"] is None
 

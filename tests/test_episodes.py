@@ -46,3 +46,21 @@ def test_repeats_keep_at_most_limit_keys_forgetting_the_least_recently_said() ->
         assert repeats.say(key, 0.0) == 0
     assert repeats.say(2, 1.0) is None and repeats.say(3, 1.0) is None
     assert repeats.say(1, 1.0) == 0  # forgotten, so said again as new
+
+
+def test_repeats_say_a_key_up_to_times_per_interval_from_the_first_said() -> None:
+    repeats: Repeats[str] = Repeats(10.0, times=2)
+    assert repeats.say("asyncio", 5.0) == 0
+    assert not repeats.quiet("asyncio", 6.0)
+    assert repeats.say("asyncio", 6.0) == 0
+    assert repeats.quiet("asyncio", 14.9) and repeats.say("asyncio", 14.9) is None
+    assert repeats.unsaid() == 1  # quiet() recorded nothing
+    assert repeats.say("asyncio", 15.0) == 1
+
+
+def test_forgotten_repeats_are_said_as_if_for_the_first_time() -> None:
+    repeats: Repeats[str] = Repeats(60.0)
+    assert repeats.say("broker refused", 0.0) == 0
+    assert repeats.say("broker refused", 1.0) is None
+    repeats.forget()
+    assert repeats.say("broker refused", 2.0) == 0 and repeats.unsaid() == 0

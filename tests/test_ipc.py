@@ -19,13 +19,14 @@ import pytest
 from mcpd import channel, ipc
 from mcpd.channel import Channel
 from mcpd.snapshot import ModelStats
-from tests.mqtt_status import FakeBoard
+from tests.mqtt_status import FakeBoard, placement
 
 CONFIG: ipc.ConfigMessage = {
     "kind": "config",
     "generation": 1,
     "config": {"a": 1},
     "slots": {"m": 0},
+    "placement": placement(),
 }
 STATS = ipc.stats_message({"m": ModelStats(True, requests=3, p50_ms=1.5, detail={"k": "v"})})
 
@@ -77,7 +78,7 @@ def test_a_message_larger_than_a_datagram_crosses_whole_in_a_sealed_memfd(
     governor, serving = ends
     before = len(os.listdir("/proc/self/fd"))
     config = {"models": [{"name": f"m{i}", "path": "/models/" + "d/" * 500} for i in range(450)]}
-    message: ipc.ConfigMessage = {"kind": "config", "generation": 1, "config": config, "slots": {}}
+    message: ipc.ConfigMessage = {**CONFIG, "config": config, "slots": {}}
     assert len(json.dumps(message)) > 2 * socket.socket.getsockopt(
         governor.sock, socket.SOL_SOCKET, socket.SO_SNDBUF
     )
@@ -98,7 +99,9 @@ def test_sending_never_blocks_the_governor_on_a_serving_process_that_does_not_re
     ends: tuple[Channel, Channel],
 ) -> None:
     governor, serving = ends
-    message: ipc.ConfigMessage = {**CONFIG, "config": {"a": "x" * (channel.INLINE_BYTES - 100)}}
+    # Just under what goes inline: the socket's buffer, not a memfd, is what fills.
+    room = channel.INLINE_BYTES - len(ipc.encode({**CONFIG, "config": {"a": ""}}))
+    message: ipc.ConfigMessage = {**CONFIG, "config": {"a": "x" * (room - 20)}}
     sent = [governor.send(message) for _ in range(200)]
     assert not all(sent) and governor.dropped == sent.count(False)
     received = serving.receive()

@@ -13,7 +13,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcpd.serving.metrics import GOVERNOR_STATES, Exposition
+from mcpd.families import GOVERNOR_STATES
+from mcpd.serving.metrics import Exposition
 from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import ModelStats, Statistics
 from mcpd.status import GovernorState
@@ -68,6 +69,9 @@ def test_text_format_0_0_4_by_default_with_the_status_documents_values() -> None
     assert samples(families["mcpd_daemon_resident_memory_bytes"]) == {(): 50 * 2**20}
     assert samples(families["mcpd_daemon_cpu_ratio"]) == {(): 0.01}
     assert samples(families["mcpd_build_info"]) == {(("version", "0.1.0"),): 1}
+    assert samples(families["mcpd_board_info"]) == {
+        (("model", "test board"), ("platform", "jetson-orin")): 1
+    }
 
 
 @pytest.mark.parametrize("state", get_args(GovernorState))

@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from mcpd.ctl import main
 from tests.conftest import PROJECT
-from tests.mqtt_broker import Mosquitto, mosquitto_binary, recording
+from tests.mqtt_broker import Mosquitto, free_port, mosquitto_binary, recording
 
 pytestmark = pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
 
@@ -27,18 +30,20 @@ def broker(tmp_path: Path) -> Iterator[Mosquitto]:
 
 @pytest.fixture
 def daemon(broker: Mosquitto, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    config = tmp_path / "mcpd.toml"
-    config.write_text(
-        f"""
-[mqtt]
-enabled = true
+    mqtt = f"""
 host = "127.0.0.1"
 port = {broker.port}
-device_id = "sim1"
-telemetry_ms = 250
 commands_enabled = true
 """
-    )
+    with running(tmp_path, mqtt) as process:
+        yield process
+
+
+@contextmanager
+def running(tmp_path: Path, mqtt: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The daemon on a simulated Jetson Orin Nano, as device sim1, with these [mqtt] keys."""
+    config = tmp_path / "mcpd.toml"
+    config.write_text(f'[mqtt]\nenabled = true\ndevice_id = "sim1"\ntelemetry_ms = 250\n{mqtt}')
     command = [
         sys.executable,
         "-m",
@@ -53,10 +58,12 @@ commands_enabled = true
     ]
     with open(tmp_path / "daemon.log", "wb") as log:
         process = subprocess.Popen(command, cwd=PROJECT, stderr=log)
-    yield process
-    if process.poll() is None:
-        process.kill()
-    process.wait(timeout=10)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
 
 
 def retained_status(broker: Mosquitto) -> bytes:
@@ -91,3 +98,19 @@ def test_the_last_will_says_offline_when_the_daemon_is_killed(
     daemon.wait(timeout=10)
     with recording(broker, STATUS) as recorder:
         recorder.wait(lambda ms: any(m.payload == b"offline" for m in ms))
+
+
+def test_on_a_broker_list_the_daemon_says_where_it_is_and_beats_its_heart(
+    broker: Mosquitto, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Of a list with a broker that is not there, the board ends on the one that is (in its own
+    order), says so in its telemetry and in `mcpctl status`, and says `online` every heartbeat."""
+    live = f"127.0.0.1:{broker.port}"
+    mqtt = f'brokers = ["127.0.0.1:{free_port()}", "{live}"]\nheartbeat_s = 1\n'
+    with running(tmp_path, mqtt), recording(broker, TELEMETRY, STATUS) as recorder:
+        recorder.wait_for(STATUS, 2, timeout=30)
+        told = recorder.wait_for(TELEMETRY, timeout=30)[-1].json()["mqtt"]
+        assert told["broker"] == live and told["since"] <= time.time()
+        socket = str(tmp_path / "board/run/mcpd/mcpd.sock")
+        assert main(["--socket", socket, "status"]) == 0
+        assert f"mqtt         {live} since " in capsys.readouterr().out

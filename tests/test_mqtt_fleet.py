@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mcpd.ctl import main
-from mcpd.ctl.fleet import FleetView, table
+from mcpd.ctl.fleet_view import FleetView, table
 from tests.mqtt_broker import Mosquitto, mosquitto_binary, publishing, recording, settings
 from tests.mqtt_status import FakeBoard
 
@@ -139,3 +139,69 @@ def test_fleet_names_a_broker_it_cannot_reach(capsys: pytest.CaptureFixture[str]
 
     assert main(["fleet", "--broker", f"127.0.0.1:{free_port()}", "--count", "1"]) == 1
     assert "mcpctl fleet: cannot connect to 127.0.0.1:" in capsys.readouterr().err
+
+
+def test_a_board_not_heard_from_for_three_heartbeats_is_offline_whatever_it_last_said() -> None:
+    """Its node died with it: no Will, and on MQTT 3.1.1 its retained `online` never expires."""
+    view = FleetView("mcpd", heartbeat_s=1.0)
+    view.update("mcpd/b1/status", b"online", now=100.0)
+    assert view.rows(now=102.9)[0].online is True
+    assert view.rows(now=103.1)[0].online is False
+    view.update("mcpd/b1/telemetry", telemetry(50.0), now=103.5)  # telemetry is word of it too
+    assert view.rows(now=106.4)[0].online is True
+    view.update("mcpd/b1/status", b"offline", now=106.5)  # its Will, or its clean stop
+    assert view.rows(now=106.6)[0].online is False
+    # Without the statuses (`--from` alone), online is heard from within the same time.
+    stored = FleetView("mcpd", heartbeat_s=1.0, statuses=False)
+    stored.measured("b2", 100.0, {"temperature_c": 40.0})
+    assert [(r.device, r.online) for r in stored.rows(now=102.0)] == [("b2", True)]
+    assert [(r.device, r.online) for r in stored.rows(now=104.0)] == [("b2", False)]
+
+
+def test_sites_narrow_the_view_to_their_boards() -> None:
+    view = FleetView("mcpd", sites=("s1", "s3"))
+    assert view.bases() == ["mcpd/s1", "mcpd/s3"]
+    view.update("mcpd/s1/b1/telemetry", telemetry(60.0), now=1.0)
+    view.update("mcpd/s2/b2/telemetry", telemetry(70.0), now=1.0)  # another site
+    view.update("mcpd/s3/b3/status", b"online", now=1.0)
+    view.update("mcpd/b4/telemetry", telemetry(80.0), now=1.0)  # no site level
+    rows = view.rows(now=1.5)
+    assert [(r.site, r.device, r.online) for r in rows] == [("s1", "b1", None), ("s3", "b3", True)]
+    assert table(rows).splitlines()[1].split()[0] == "s1/b1"
+    every = FleetView("mcpd", sites=("+",))
+    every.update("mcpd/s2/b2/telemetry", telemetry(70.0), now=1.0)
+    assert [r.site for r in every.rows(now=1.0)] == ["s2"]
+
+
+@pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")
+def test_fleet_follows_only_the_sites_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Mosquitto(tmp_path / "broker") as broker, ExitStack() as boards:
+        for site, name in (("s1", "a"), ("s2", "b"), ("s1", "c")):
+            mqtt = settings(broker, topic_prefix=f"mcpd/{site}")
+            boards.enter_context(publishing(mqtt, tmp_path / name, name))
+        with recording(broker, "mcpd/+/+/telemetry") as recorder:
+            recorder.wait(
+                lambda ms: {m.topic for m in ms} >= {f"mcpd/s1/{d}/telemetry" for d in "ac"}
+            )
+        argv = ["fleet", "--broker", f"127.0.0.1:{broker.port}", "--site", "s1", "--json"]
+        assert main([*argv, "--count", "1", "--interval", "0.6"]) == 0
+    devices = json.loads(capsys.readouterr().out)["devices"]
+    assert sorted((d["site"], d["device"], d["online"]) for d in devices) == [
+        ("s1", "a", True),
+        ("s1", "c", True),
+    ]
+    assert all(d["temperature_c"] is not None for d in devices)
+
+
+def test_fleet_says_what_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", "--count", "1"]) == 2
+    assert "give --broker, --from or both" in capsys.readouterr().err
+    assert main(["fleet", "--from", "http://127.0.0.1:1", "--site", "s1"]) == 2
+    assert "--site narrows the broker's topics: it needs --broker" in capsys.readouterr().err
+    from tests.mqtt_broker import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["fleet", "--from", url, "--count", "1", "--interval", "0"]) == 1
+    assert f"mcpctl fleet: cannot query {url}: " in capsys.readouterr().err

@@ -29,6 +29,7 @@ from mcpd.serving.backends.openvino import stored_precision
 from mcpd.serving.loads import Target
 from mcpd.snapshot import Snapshot
 from tests import optimize_models as models
+from tests.mqtt_status import placement
 from tests.serving_server import Served, config
 
 
@@ -87,7 +88,8 @@ def served_factory(tmp_path: Path) -> Iterator[Callable[[dict[str, object]], Ser
                 last_action=None,
                 batch={},
             )
-            return status.document(snapshot, holder[0].service.stats(), {}, {}, {})
+            stats = holder[0].service.stats()
+            return status.document(snapshot, stats, {}, {}, {}, placement=placement())
 
         served = Served(cfg, status=board_status)
         holder.append(served)

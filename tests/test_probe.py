@@ -47,6 +47,18 @@ EXPECTED = {
         True,
         [f"policy{n}" for n in range(8)],
     ),
+    "x86-intel-hybrid": (
+        "x86-intel",
+        "board input psys",
+        False,
+        [f"policy{n}" for n in range(20)],
+    ),
+    "x86-server": (
+        "x86-intel",
+        "sum of RAPL packages (no psys domain)",
+        True,
+        [f"policy{n}" for n in range(32)],
+    ),
 }
 
 # The hottest governing sensor sits this far above the plant's die temperature (profiles.py).
@@ -95,7 +107,8 @@ def test_probe_on_simulated_board(tmp_path: Path, profile: str) -> None:
         assert [p["source"] for p in result["powers"]] == ["estimate:energy-model"]
         assert result["power_w"] == pytest.approx(sim.state.input_w - npu_w, rel=0.05)
     else:
-        plant_w = sim.state.soc_w if profile == "x86-amd" else sim.state.input_w
+        packages_only = profile in ("x86-amd", "x86-server")  # no psys: the packages, no board
+        plant_w = sim.state.soc_w if packages_only else sim.state.input_w
         assert result["power_w"] == pytest.approx(plant_w, rel=0.02)
 
 
@@ -124,6 +137,8 @@ def test_probe_command_json(tmp_path: Path, profile: str) -> None:
         "execution_providers",
         "gpu_warning",
         "openvino",  # tests/test_openvino_daemon.py checks it
+        "cpus",  # tests/test_placement_daemon.py checks them
+        "placement",
     }
     assert result["execution_providers"] == onnxruntime.get_available_providers()
     gpu = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}

@@ -1,4 +1,4 @@
-"""Bounded reading of mcpd's JSON state files (mcpd/safefs.py)."""
+"""Bounded reading of mcpd's JSON state files (safefs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpd import safefs
+import safefs
 
 
 @pytest.mark.parametrize(

@@ -286,6 +286,24 @@ def test_repeated_log_lines_are_throttled() -> None:
     assert throttle.filter(other)  # each logger has its own allowance
 
 
+def test_a_line_and_a_loggers_allowance_count_their_interval_from_when_they_were_said() -> None:
+    now = [0.0]
+    throttle = Throttle(interval_s=10, per_logger=3, clock=lambda: now[0])
+    logger = logging.getLogger("asyncio")
+
+    def passes(message: str) -> bool:
+        return throttle.filter(
+            logger.makeRecord("asyncio", logging.ERROR, __file__, 1, message, (), None)
+        )
+
+    now[0] = 9.5
+    assert [passes(f"line {n}") for n in range(4)] == [True, True, True, False]
+    now[0] = 10.5  # a second later: neither the lines nor the allowance are due again
+    assert not passes("line 0") and not passes("another line")
+    now[0] = 19.5
+    assert passes("line 0") and passes("line 3")  # line 3 was dropped, never said: not quiet
+
+
 def serving(sock: Path) -> bool:
     try:
         with Client(str(sock), timeout=5) as client:

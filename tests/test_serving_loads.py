@@ -25,6 +25,7 @@ from mcpd.client import Client
 from mcpd.config import ModelSection
 from mcpd.events import Event, EventBus
 from mcpd.optimize.background import Built, Optimizer
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from mcpd.serving.backends import Backend
 from mcpd.serving.errors import RequestError
@@ -54,12 +55,12 @@ class Builds:
         gc.collect()
         self._before = sessions()
 
-    def __call__(self, model: ModelSection) -> Backend:
+    def __call__(self, model: ModelSection, placement: ModelPlacement) -> Backend:
         with self._lock:
             self.count += 1
         self.started.release()
         assert self.held.wait(30)
-        return backends.load(model)
+        return backends.load(model, placement)
 
     @property
     def alive(self) -> int:

@@ -19,6 +19,7 @@ import pytest
 from mcpd.client import Client
 from mcpd.config import ModelSection, OpenVinoOptions
 from mcpd.demo import MODEL
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from mcpd.serving.backends.openvino import compile_options, open_compiled, precision_in_force
 from mcpd.serving.errors import LoadError
@@ -58,8 +59,8 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Ser
     gates: list[Gated] = []
     real = backends.load
 
-    def load(section: ModelSection) -> Gated:
-        gates.append(Gated(real(section)))
+    def load(section: ModelSection, placement: ModelPlacement) -> Gated:
+        gates.append(Gated(real(section, placement)))
         return gates[-1]
 
     monkeypatch.setattr(backends, "load", load)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mcpd.config import ModelSection
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from tests.serving_models import scale
 from tests.serving_server import Served, config
@@ -33,8 +34,8 @@ def gated(
     def start(**model: object) -> tuple[Served, Gated]:
         gates: list[Gated] = []
 
-        def load(section: ModelSection) -> Gated:
-            gates.append(Gated(real(section)))
+        def load(section: ModelSection, placement: ModelPlacement) -> Gated:
+            gates.append(Gated(real(section, placement)))
             return gates[-1]
 
         monkeypatch.setattr(backends, "load", load)

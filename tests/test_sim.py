@@ -426,3 +426,15 @@ def test_values_change_in_place_as_sysfs_attributes_do(tmp_path: Path) -> None:
         assert len(state_inodes) > 1 and len(stat_inodes) > 1
     finally:
         os.close(fd)
+
+
+def test_a_simulated_run_refused_for_its_options_leaves_no_temporary_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mcpd import sim
+    from mcpd.cli import main
+
+    monkeypatch.setattr(sim, "MEMORY_DIR", str(tmp_path))
+    assert main(["run", "--simulate", "rk3588", "--sim-load", "nonsense"]) == 2
+    assert "load 'nonsense'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

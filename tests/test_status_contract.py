@@ -15,7 +15,7 @@ from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
 from mcpd.shapes import mismatches
 from mcpd.snapshot import CoolingStatus, DomainStatus, ModelStats, Snapshot, WriteFailure
-from tests.mqtt_status import FakeBoard
+from tests.mqtt_status import FakeBoard, placement
 from tests.serving_server import Served, config, status_document
 
 
@@ -58,7 +58,7 @@ def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> No
         "config_error": None,
     }
     document = status.document(
-        snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving
+        snapshot, {}, status.DaemonStats()(), LoopTiming().summary(), serving, placement=placement()
     )
     assert mismatches(document, status.StatusDocument) == []
     assert document["domains"]["policy4"]["write_failure"] == {
@@ -91,7 +91,7 @@ def test_the_cooling_health_is_in_the_contracts_shape() -> None:
         "config_error": None,
     }
     parts = (status.DaemonStats()(), LoopTiming().summary(), serving)
-    document = status.document(snapshot, {}, *parts)
+    document = status.document(snapshot, {}, *parts, placement=placement())
     assert mismatches(document, status.StatusDocument) == []
     assert document["cooling"] == {
         "state": "degraded",
@@ -106,7 +106,9 @@ def test_the_cooling_health_is_in_the_contracts_shape() -> None:
         "windows": 11,
         "rejected": 2,
     }
-    unknown = status.document(replace(snapshot, cooling=CoolingStatus()), {}, *parts)
+    unknown = status.document(
+        replace(snapshot, cooling=CoolingStatus()), {}, *parts, placement=placement()
+    )
     assert unknown["cooling"]["state"] == "off" and unknown["cooling"]["windows"] == 0
     assert mismatches(unknown, status.StatusDocument) == []
 

@@ -12,6 +12,7 @@ from mcpd import status
 from mcpd.governor.thermal_forecast import headroom
 from mcpd.serving import metrics
 from mcpd.snapshot import Snapshot
+from tests.mqtt_status import placement
 
 
 def snapshot(**fields: object) -> Snapshot:
@@ -58,7 +59,10 @@ def test_headroom_is_androids_normalization() -> None:
 
 def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> None:
     document = status.document(
-        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"), {}, *OTHER_PARTS
+        snapshot(headroom=0.8, external_cap_changes=2, policy="adaptive"),
+        {},
+        *OTHER_PARTS,
+        placement=placement(),
     )
     assert document["thermal"] == {"headroom": 0.8, "seconds_to_throttle": None}
     governor = document["governor"]
@@ -66,9 +70,11 @@ def test_document_and_metrics_carry_headroom_policy_and_external_changes() -> No
     lines = metrics.Exposition(lambda: document, dict).render("")[0].decode().splitlines()
     assert "mcpd_thermal_headroom_ratio 0.8" in lines
     assert "mcpd_governor_external_cap_changes_total 2.0" in lines
-    unknown = status.document(snapshot(temperature_c=None), {}, *OTHER_PARTS)
+    unknown = status.document(snapshot(temperature_c=None), {}, *OTHER_PARTS, placement=placement())
     assert unknown["thermal"] == {"headroom": None, "seconds_to_throttle": None}
-    heading = status.document(snapshot(seconds_to_throttle=12.345), {}, *OTHER_PARTS)
+    heading = status.document(
+        snapshot(seconds_to_throttle=12.345), {}, *OTHER_PARTS, placement=placement()
+    )
     assert heading["thermal"]["seconds_to_throttle"] == 12.3
     text = metrics.Exposition(lambda: unknown, dict).render("")[0].decode()
     assert not [x for x in text.splitlines() if x.startswith("mcpd_thermal_headroom")]

@@ -32,6 +32,7 @@ from mcpd.governor.serving_reports import ServingReports
 from mcpd.governor.supervisor import ServingSupervisor
 from mcpd.status import inference
 from tests.conftest import PROJECT
+from tests.mqtt_status import placement
 from tests.test_daemon import RunningDaemon
 
 # pydantic (18 MB), psutil (2.7 MB) and prometheus_client (10.4 MB, docs/metrics.md) of a 40 MB
@@ -321,7 +322,13 @@ def supervisor(tmp_path: Path) -> Iterator[Callable[[Config], ServingSupervisor]
     started: list[ServingSupervisor] = []
 
     def start(config: Config) -> ServingSupervisor:
-        running = ServingSupervisor(config, lambda: {"serving": running.info()}, dict, EventBus())  # type: ignore[typeddict-item]
+        running = ServingSupervisor(
+            config,
+            lambda: {"serving": running.info()},  # type: ignore[typeddict-item]
+            dict,
+            EventBus(),
+            placement=lambda config: placement(),
+        )
         asyncio.run(running.start())
         started.append(running)
         return running
@@ -368,7 +375,7 @@ def test_a_configuration_is_sent_again_until_serving_acknowledges_it() -> None:
     governor, theirs = Channel.pair()
     serving = Channel(theirs)
     try:
-        delivery.send(parse({}), {}, governor, now)
+        delivery.send(parse({}), {}, placement(), governor, now)
         (first,) = serving.receive() or [None]
         assert first is not None and first["kind"] == "config" and first["generation"] == 1
         now += RESEND_S - 0.1

@@ -126,15 +126,17 @@ def test_openvino_is_bundled_in_amd64_packages_when_asked(tmp_path: Path) -> Non
     assert "openvino==" in (tmp_path / "opt/mcpd/requirements.txt").read_text()
 
 
-def test_service_exposure_is_at_most_2() -> None:
-    unit = TOP / "systemd/mcpd.service"
+@pytest.mark.parametrize(
+    ("name", "unit"), [("mcpd.service", "mcpd"), ("mcpd-ingest@.service", "mcpd-ingest@i")]
+)
+def test_service_exposure_is_at_most_2(name: str, unit: str) -> None:
     result = subprocess.run(
-        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(TOP / "systemd" / name)],
         capture_output=True,
         text=True,
         check=False,
     )
-    score = re.search(r"Overall exposure level for mcpd.service: (\d+\.\d+)", result.stdout)
+    score = re.search(rf"Overall exposure level for {unit}.service: (\d+\.\d+)", result.stdout)
     assert score, result.stdout + result.stderr
     assert float(score.group(1)) <= 2.0
 

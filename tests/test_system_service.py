@@ -231,7 +231,9 @@ def test_install_adds_the_user_enables_the_units_and_starts_nothing(system: Syst
     assert "/etc/mcpd/mcpd.toml" in conffiles
     assert "OK" in ns.run("mcpd", "check-config", str(CONFIG)).stdout
     assert ns.run("mcpd", "--version").stdout.startswith("mcpd ")
-    assert list(Path("/opt/mcpd/lib").glob("python3.*/site-packages/mcpd/__pycache__/cli.*.pyc"))
+    assert list(
+        Path("/opt/mcpd/lib").glob("python3.*/site-packages/mcpd/cli/__pycache__/__init__.*.pyc")
+    )
 
 
 def test_start_becomes_active_only_after_ready(system: System) -> None:

@@ -5,20 +5,18 @@ from __future__ import annotations
 import argparse
 
 from mcpd import __version__
-from mcpd.ctl import fleet, infer, models, status, top
+from mcpd.ctl import fleet, infer, ingest, models, status, top
 from mcpd.ctl.common import add_socket
+from mcpd.subcommands import Command, add_commands
+
+COMMANDS: tuple[Command, ...] = (fleet, ingest, status, models, infer, top)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcpctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mcpctl {__version__}")
     add_socket(parser, top_level=True)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    fleet.register(commands)
-    status.register(commands)
-    models.register(commands)
-    infer.register(commands)
-    top.register(commands)
+    add_commands(parser, COMMANDS)
     return parser
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from mcpd.client import Client
 from mcpd.ctl.common import add_socket, connected
+from mcpd.subcommands import Subcommands
 
 SHOWN = 16
 """Outputs with at most this many values are printed; larger ones are summarised."""
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     return _run(args)
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser = commands.add_parser("infer", help="run a model on .npy inputs")
     add_socket(parser)
     parser.add_argument("model")
@@ -72,4 +73,4 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--output-dir", type=Path, help="save each output as NAME.npy here (else print them)"
     )
-    parser.set_defaults(func=run)
+    return parser

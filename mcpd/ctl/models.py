@@ -9,6 +9,7 @@ from typing import Any
 
 from mcpd.client import Client, ServerError
 from mcpd.ctl.common import add_socket, connected
+from mcpd.subcommands import Subcommands
 
 
 def _tensors(tensors: list[dict[str, Any]]) -> str:
@@ -79,8 +80,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser = commands.add_parser("models", help="configured models, their state and tensors")
     add_socket(parser)
     parser.add_argument("--json", action="store_true")
-    parser.set_defaults(func=run)
+    return parser

@@ -11,6 +11,7 @@ from typing import Any
 
 from mcpd.client import Client
 from mcpd.ctl.common import add_socket, connected, number
+from mcpd.subcommands import Subcommands
 
 CLEAR = "\x1b[H\x1b[2J"
 BAR = 24
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser = commands.add_parser("top", help="live view: temperature, power, caps, batch, req/s")
     add_socket(parser)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between frames")
@@ -92,4 +93,4 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="do not clear the screen (the default when output is not a terminal)",
     )
-    parser.set_defaults(func=run)
+    return parser

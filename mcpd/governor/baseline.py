@@ -13,7 +13,7 @@ rather than restored; so is one taken on another sysfs root or board (mcpd.gover
 a corrupt one, or anything planted in its place. Restoring only writes to
 domains discovered on the board now, at the path recorded: ExecStopPost runs as root, and the file
 (in a folder the unprivileged mcpd user owns) must never be a way to write anywhere else. Every file
-here is read and written through mcpd.safefs, which never follows a planted link.
+here is read and written through safefs, which never follows a planted link.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcpd import safefs
+import safefs
 from mcpd.config import DaemonSection
 from mcpd.governor import board as boards
 from mcpd.governor.baseline_document import Entries, Origin, Unusable, parse, render

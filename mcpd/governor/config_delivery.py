@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from mcpd.channel import Channel
 from mcpd.config import Config
 from mcpd.ipc import ConfigMessage, IpcError
+from mcpd.status import PlacementDoc
 
 log = logging.getLogger("mcpd.governor.supervisor")
 
@@ -46,15 +47,22 @@ class ConfigDelivery:
         return None if self._sent_at is None else self._sent_at + RESEND_S
 
     def send(
-        self, config: Config, slots: Mapping[str, int], channel: Channel | None, now: float
+        self,
+        config: Config,
+        slots: Mapping[str, int],
+        placement: PlacementDoc,
+        channel: Channel | None,
+        now: float,
     ) -> None:
-        """A new configuration: it replaces any not acknowledged yet."""
+        """A new configuration, with the placement plan made for it: it replaces any not
+        acknowledged yet."""
         self.generation += 1
         self._unacknowledged = {
             "kind": "config",
             "generation": self.generation,
             "config": dataclasses.asdict(config),
             "slots": dict(slots),
+            "placement": placement,
         }
         self._sent_at = None
         self.deliver(channel, now)

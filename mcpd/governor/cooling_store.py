@@ -13,7 +13,7 @@ the fit finds, so a health of anything else is not used (mcpd.governor.cooling n
 holds none for the board it runs on). Unlike learned power, the file keeps the health of the last
 `BOARDS` fingerprints, the one in use first: a governing sensor that vanishes for a while (a
 driver unbound, a zone power-gated) changes the fingerprint until it is back, and the baseline of
-the board as it was must outlive that. It is read and written through mcpd.safefs (never through a
+the board as it was must outlive that. It is read and written through safefs (never through a
 planted link), bounded in size, checked entry by entry, replaced atomically, at most once a minute
 and only when it changed (a window every half hour at most: a handful of writes a day). A disk
 that cannot be written costs the next restart the baseline, never the governing. Delete the file
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpd import safefs
+import safefs
 from mcpd.governor.cooling_health import BASELINE_WINDOWS, RECENT, Estimate, Health, Run
 from sensors.episodes import Episodes
 

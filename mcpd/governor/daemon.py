@@ -34,15 +34,20 @@ from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.notify import Notifier
 from mcpd.governor.power_map import PowerMapStore
 from mcpd.governor.supervisor import ServingSupervisor
+from mcpd.placement import affinity
+from mcpd.placement.plan import ModelPlacement, Placement, Planner
 from mcpd.snapshot import ModelStats, Snapshot
+from mcpd.status import PlacementDoc
 from mcpd.telemetry import TelemetryService
 from mcpd.telemetry.commands import COMMANDS
 from sensors.hotplug import HotplugMonitor
+from sensors.topology import CpuTopology
 
 log = logging.getLogger("mcpd")
 
 READY_TIMEOUT_S = 30.0
 RESTART_ONLY = (
+    "placement",
     "sysfs_root",
     "state_dir",
     "runtime_dir",
@@ -85,6 +90,14 @@ class Daemon:
         self.events = EventBus()
         self.root = Path(self.config.daemon.sysfs_root)
         self.board = board.detect(self.root)
+        # Before the governor places itself: what it may use is where serving's unplaced work runs.
+        self.planner = Planner(
+            CpuTopology.from_sysfs(self.root), frozenset(os.sched_getaffinity(0))
+        )
+        self._placed: tuple[config.Config, PlacementDoc] = (
+            self.config,
+            self.planner(self.config).doc(),
+        )
         self.baseline = Baseline.load(baseline_folders(self.config.daemon), self.root, self.board)
         hotplug = HotplugMonitor.start() if self.root == Path("/") else None
         self._started = time.monotonic()
@@ -115,10 +128,15 @@ class Daemon:
         # Services plug in here. Each gets the config and whichever of status (the JSON status
         # document), batch sizes (self.loop.batch_size) and the event bus it needs.
         self.serving = ServingSupervisor(
-            self.config, self.status, lambda: self.loop.batch_sizes, self.events
+            self.config,
+            self.status,
+            lambda: self.loop.batch_sizes,
+            self.events,
+            placement=lambda config: self.planner(config).doc(),
         )
         services.append(self.serving)
-        services.append(TelemetryService(self.config, self.status, self.events, self.command))
+        self.telemetry = TelemetryService(self.config, self.status, self.events, self.command)
+        services.append(self.telemetry)
         return services
 
     # -- what services see -----------------------------------------------------------------------
@@ -150,7 +168,17 @@ class Daemon:
             self.loop.timing.summary(),
             self.serving.info(),
             joules,
+            self.telemetry.info(),
+            placement=self.placement(),
         )
+
+    def placement(self) -> PlacementDoc:
+        """The placement plan of the configuration in force (made again after a reload only)."""
+        made_for, doc = self._placed
+        if made_for is not self.config:
+            doc = self.planner(self.config).doc()
+            self._placed = (self.config, doc)
+        return doc
 
     def command(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Allow-listed runtime commands (called on the telemetry thread): pause or resume the
@@ -206,6 +234,7 @@ class Daemon:
             target=self._govern, args=(stop_loop, loop), name="control-loop", daemon=True
         )
         code = 0
+        self._place()
         try:
             # The first touch of the hardware, inside the try whose finally restores the caps; and
             # the first samples before the services start, so that the first status document they
@@ -232,6 +261,22 @@ class Daemon:
             self._restore()
             self.notifier.close()
         return code
+
+    def _place(self) -> None:
+        """The governor on its CPU, before the control loop's thread and the services' (they
+        inherit it); the plan said once, with what of it is skipped here."""
+        plan = self.planner(self.config)
+        log.info("placement: %s", plan.note)
+        parts: dict[str, Placement | ModelPlacement] = {
+            "the governor": plan.governor,
+            "serving's loop": plan.serving_loop,
+        }
+        parts.update({f"model {name}": model for name, model in plan.models.items()})
+        for what, part in parts.items():
+            if part.skipped is not None and plan.mode == "auto":
+                log.warning("placement: %s not placed: %s", what, part.skipped)
+        if plan.governor.skipped is None:
+            affinity.pin(plan.governor.cpus, "the governor")
 
     def _govern(self, stop: threading.Event, main: asyncio.AbstractEventLoop) -> None:
         """The control loop's thread. Its end wakes the main task, which has no timer to look for

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mcpd.safefs import UnsafeFileError
+from safefs import UnsafeFileError
 from sensors.sysfs import first_line, list_dir, parse_int, read_int, read_line
 
 log = logging.getLogger("mcpd.governor.domains")

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from mcpd import safefs
+import safefs
 from mcpd.config import DaemonSection
 from mcpd.listen import listener_at
 

@@ -4,10 +4,10 @@ Temperature is sampled every `temperature_ms` and power every `power_ms`; each t
 samples due then and makes one decision, on the freshest reading of each (the seed rule's one step
 per call with both readings: a reading applied once per decision, never twice in one instant).
 Deadlines advance on fixed grids (work done in between never makes the schedule drift; a late
-wake-up skips the ticks it missed instead of bursting). A temperature older than `stale_ms` (or a power meter silent that long) is unknown and
-the governor steps down until it is back. The loop pings systemd's watchdog from its own tick, so a
-hung loop is caught, and it never stops on a sensor fault: vanished files and udev events trigger
-re-discovery.
+wake-up skips the ticks it missed instead of bursting). A temperature older than `stale_ms` (or a
+power meter silent that long) is unknown and the governor steps down until it is back. The loop
+pings systemd's watchdog from its own tick, so a hung loop is caught, and it never stops on a
+sensor fault: vanished files and udev events trigger re-discovery.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from mcpd.governor.timing import Grid, LoopTiming
 from mcpd.snapshot import LastAction, Snapshot
 from mcpd.status import GovernorState
 from sensors import PowerSample, SensorSet, TemperatureSample
+from sensors.episodes import Repeats
 from sensors.hotplug import HotplugMonitor
 
 log = logging.getLogger("mcpd.governor.loop")
@@ -202,15 +203,14 @@ class ControlLoop:
     def run(self, stop: threading.Event) -> None:
         if not self.started:
             self.start()
-        quiet_until = 0.0
+        failures: Repeats[str] = Repeats(10.0)
         while not stop.is_set():
             try:
                 wake = self.tick(self.clock())
             except Exception:  # a bug must not end governing; the watchdog sees no ping
                 now = self.clock()
-                if now >= quiet_until:
+                if failures.say("tick", now) is not None:
                     log.exception("control loop tick failed; continuing")
-                    quiet_until = now + 10.0
                 wake = now + 0.1
             # time.sleep rather than stop.wait: one system call instead of a condition variable and
             # a fresh lock per wait, which was a fifth of the idle loop's CPU. Stopping waits for

@@ -8,7 +8,7 @@ upgrade, a reboot) would pay that again. So the learned peaks are kept in the st
 
 The file says which board, meters and frequency tables it was learned on; a file for anything
 else (another module in the carrier board, a different meter, a new kernel's tables) is not used.
-It is read and written through mcpd.safefs (never through a planted link), bounded in size, and
+It is read and written through safefs (never through a planted link), bounded in size, and
 checked entry by entry: a file that is not what mcpd writes is reported once, by name and what is
 wrong with it, and the daemon learns from scratch; it is replaced at the next save. The file holds
 the peaks the policy holds: a peak it forgot (not reached for ten minutes, governors/adaptive.py)
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcpd import safefs
+import safefs
 from sensors.episodes import Episodes
 
 log = logging.getLogger("mcpd.governor.power_map")

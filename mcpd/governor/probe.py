@@ -2,21 +2,27 @@
 
 The JSON shape is a stable interface: platform, temperatures [{name, source, celsius|null}],
 powers [{name, source, watts|null}], temperature_c, power_w, power_estimated, domains
-[{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model and power_source. The
-command adds execution_providers, gpu_warning and openvino (cli.cmd_probe: this package never
-imports onnxruntime or openvino).
+[{name, kind, min_mhz, max_mhz, cap_mhz, available_mhz}]; plus model and power_source; cpus
+[{cpu, capacity, max_mhz, cluster, siblings, core_type, node}] and placement (the plan for the
+config's models: mcpd.status.PlacementDoc). The command adds execution_providers, gpu_warning and
+openvino (mcpd.cli.probe: this package never imports onnxruntime or openvino).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcpd.config import Config
 from mcpd.governor import board, domains
+from mcpd.placement import plan
 from sensors import SensorSet
+from sensors.cpulist import format_list
 from sensors.discovery import AUTO_POWER, PowerOptions
+from sensors.topology import CpuTopology
 
 SAMPLE_GAP_S = 0.1
 """Counter-based power (RAPL) needs two samples."""
@@ -29,8 +35,11 @@ def probe(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     power: PowerOptions = AUTO_POWER,
+    config: Config | None = None,
 ) -> dict[str, Any]:
+    """`config`'s models are placed (none by default)."""
     detected = board.detect(root)
+    topology = CpuTopology.from_sysfs(root)
     sensors = SensorSet.discover(root, governing_temperatures, governing_powers, power)
     found = domains.discover(root)
     sensors.sample_powers(clock())
@@ -67,6 +76,19 @@ def probe(
             }
             for d in found
         ],
+        "cpus": [
+            {
+                "cpu": cpu.number,
+                "capacity": cpu.capacity,
+                "max_mhz": None if cpu.max_khz is None else cpu.max_khz / 1000,
+                "cluster": format_list(cpu.cluster),
+                "siblings": format_list(cpu.siblings),
+                "core_type": cpu.core_type,
+                "node": cpu.node,
+            }
+            for cpu in topology.cpus
+        ],
+        "placement": plan.make(config or Config(), topology, os.sched_getaffinity(0)).doc(),
     }
 
 
@@ -98,7 +120,7 @@ def format_table(result: dict[str, Any]) -> str:
     note = result["power_source"] + (", estimated" if result["power_estimated"] else "")
     power = "none" if result["power_w"] is None else f"{result['power_w']:.2f} W"
     lines.append(f"power        {power}  ({note})")
-    if "execution_providers" in result:  # added by the command (cli.cmd_probe)
+    if "execution_providers" in result:  # added by the command (mcpd.cli.probe)
         providers = result["execution_providers"]
         named = ", ".join(providers) if providers is not None else "no onnxruntime"
         lines.append(f"providers    {named}")
@@ -117,6 +139,7 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"{'POWER':<28} {'SOURCE':<22} {'W':>7}")
         for p in result["powers"]:
             lines.append(f"{p['name']:<28} {p['source']:<22} {_fmt(p['watts'], 2):>7}")
+    lines += _cpus_table(result["cpus"], result["placement"])
     if result["domains"]:
         lines.append("")
         lines.append(
@@ -129,3 +152,23 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{_fmt(d['cap_mhz']):>8}  {steps}"
             )
     return "\n".join(lines)
+
+
+def _cpus_table(cpus: list[dict[str, Any]], placement: dict[str, Any]) -> list[str]:
+    """The CPUs by kind (`4-7  capacity 1024, 2400 MHz, clusters 4-5 6-7`) and the plan."""
+    kinds: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for cpu in cpus:
+        key = (cpu["capacity"], cpu["max_mhz"], cpu["core_type"], cpu["node"])
+        kinds.setdefault(key, []).append(cpu)
+    lines = ["", f"{'CPUS':<16} {'CAPACITY':>8} {'MAX MHz':>8} {'TYPE':<5} {'NODE':>4}  CLUSTERS"]
+    for (capacity, max_mhz, core_type, node), members in kinds.items():
+        clusters = " ".join(sorted({cpu["cluster"] for cpu in members}))
+        lines.append(
+            f"{format_list(cpu['cpu'] for cpu in members):<16} {_fmt(capacity, 0):>8} "
+            f"{_fmt(max_mhz, 0):>8} {core_type or '-':<5} {_fmt(node, 0):>4}  {clusters}"
+        )
+    lines.append(f"placement    {placement['note']}")
+    for name, part in (("governor", placement["governor"]), ("models", placement["models_cpus"])):
+        if part["skipped"]:
+            lines.append(f"             {name} not placed here: {part['skipped']}")
+    return lines

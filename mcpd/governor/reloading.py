@@ -2,7 +2,7 @@
 
 `kill -HUP` returns before the daemon has read the file, so `systemctl reload` reported success for a
 config the daemon then rejected. Here the daemon, after each reload, writes its verdict to
-`reload-verdict.json` in its `[daemon] runtime_dir` (atomically, through mcpd.safefs), stamped with
+`reload-verdict.json` in its `[daemon] runtime_dir` (atomically, through safefs), stamped with
 its pid and the CLOCK_MONOTONIC time at which that reload *began*, before it read the config. `mcpd reload` notes the monotonic time, sends SIGHUP, and waits for a verdict of that
 pid that began after that time: only a reload that began after the signal can have read the file
 as it is now, so neither an older verdict nor one of a reload already under way is mistaken for
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mcpd import safefs
+import safefs
 
 log = logging.getLogger("mcpd")
 

@@ -1,16 +1,18 @@
 """The serving process: started, watched and restarted by the governor.
 
 mcpd's first duty is governing, so everything that runs models or parses clients' requests (the HTTP
-front, the batcher, onnxruntime, RKNN) runs in a child process: a model that segfaults, a client's
-shared memory that raises SIGBUS, an out-of-memory kill each end that process, never the governor.
-The governor:
+front, the batcher, onnxruntime, RKNN, OpenVINO) runs in a child process: a model that segfaults, a
+client's shared memory that raises SIGBUS, an out-of-memory kill each end that process, never the
+governor. The governor:
 
 - holds the listening sockets (the Unix socket and the optional TCP listeners, `[serving] http`
   and `[metrics] listen`) and starts each child with them (mcpd.governor.serving_child), so no
   client is ever refused;
-- restarts it whenever it exits, for any reason (restart_policy): at once if it had served
-  STABLE_S, else after a delay that doubles with each quick exit. Each exit is logged and published as an event; while a crash loop waits, the
-  stand-in (mcpd.governor.standin) answers status and tells everyone else when to retry;
+- restarts it whenever it exits, for any reason (serving_child.restart_policy, on mcpd.backoff):
+  at once after a stable run and after the first quick exit, then after a delay that doubles
+  with each further quick exit. Each exit is logged and published as an event; while a crash
+  loop waits, the stand-in (mcpd.governor.standin) answers status and tells everyone else when
+  to retry;
 - talks to it through mcpd.ipc: batch sizes and its status document in shared memory, the
   configuration, events and model statistics over a socket pair. A configuration is sent until
   the serving process acknowledges it (mcpd.governor.config_delivery); a serving process left
@@ -44,7 +46,7 @@ from mcpd.governor.serving_child import ServingChild, ServingSockets, restart_po
 from mcpd.governor.serving_reports import ServingReports
 from mcpd.governor.standin import StandIn
 from mcpd.snapshot import ModelStats
-from mcpd.status import ExitDoc, ServingDoc, ServingState, StatusDocument
+from mcpd.status import ExitDoc, PlacementDoc, ServingDoc, ServingState, StatusDocument
 
 log = logging.getLogger("mcpd.governor.supervisor")
 
@@ -64,9 +66,12 @@ class ServingSupervisor:
         batch_sizes: Callable[[], Mapping[str, int]],
         events: EventBus,
         *,
+        placement: Callable[[Config], PlacementDoc],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`placement`: the placement plan for a configuration, sent with it."""
         self.config = config
+        self._placement = placement
         self._status = status
         self.events = events
         self.clock = clock
@@ -240,7 +245,8 @@ class ServingSupervisor:
         log.info("serving process %d started", self._child.pid)
 
     def _send_config(self) -> None:
-        self._delivery.send(self.config, self._block.slots, self._channel, self.clock())
+        placement = self._placement(self.config)
+        self._delivery.send(self.config, self._block.slots, placement, self._channel, self.clock())
 
     def _config_settled(self, error: str | None) -> None:
         self._changed = True

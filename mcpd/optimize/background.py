@@ -34,7 +34,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mcpd import __version__, safefs
+import safefs
+from mcpd import __version__
 from mcpd.config import ModelSection
 
 log = logging.getLogger("mcpd.optimize")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mcpd import safefs
+import safefs
 from mcpd.optimize.interface import OptimizeError
 
 FILE = "error_analysis.txt"

@@ -77,6 +77,119 @@ def _write_samples(samples: list[Sample], folder: Path) -> list[list[str]]:
     return rows
 
 
+@dataclass(frozen=True)
+class _Job:
+    """What every candidate's build is given: the samples written where the worker reads them."""
+
+    model: Path
+    target: str
+    workdir: Path
+    input_names: list[str]
+    input_shapes: list[list[int]]
+    dataset: Path
+    """The calibration samples' list, one line of .npy files per sample (rknn-toolkit2's format)."""
+    held_out: list[list[str]]
+    layer_samples: int
+
+    @classmethod
+    def write(
+        cls,
+        model: Path,
+        spec: Interface,
+        calibration: list[Sample],
+        validation: list[Sample],
+        target: str,
+        workdir: Path,
+        layer_samples: int,
+    ) -> _Job:
+        dataset = workdir / "dataset.txt"
+        dataset.write_text(
+            "".join(" ".join(row) + "\n" for row in _write_samples(calibration, workdir / "cal"))
+        )
+        names = [s.name for s in spec.inputs]
+        return cls(
+            model,
+            target,
+            workdir,
+            names,
+            [list(calibration[0][name].shape) for name in names],
+            dataset,
+            _write_samples(validation, workdir / "val"),
+            layer_samples,
+        )
+
+    def describe(self, out: Path, algorithm: str | None, answers: Path, analysis: Path) -> str:
+        """The job file rknn_worker.py reads for one candidate."""
+        analysed = self.held_out[: self.layer_samples]
+        return json.dumps(
+            {
+                "model": str(self.model),
+                "target": self.target,
+                "quantized_algorithm": algorithm,
+                "input_names": self.input_names,
+                "input_shapes": self.input_shapes,
+                "dataset": str(self.dataset),
+                "output": str(out),
+                "validation": self.held_out,
+                "results": str(answers),
+                "analysis": {"samples": analysed, "folder": str(analysis)}
+                if self.layer_samples
+                else None,
+            }
+        )
+
+
+def _run_worker(python: Path, job: Path) -> tuple[int, str]:
+    """rknn_worker.py's exit status, and why it failed (its last line on stderr)."""
+    run = subprocess.run(
+        [str(python), str(WORKER), str(job)], capture_output=True, text=True, check=False
+    )
+    lines = run.stderr.strip().splitlines()
+    return run.returncode, lines[-1] if lines else f"exit status {run.returncode}"
+
+
+def _read_answers(folder: Path, count: int) -> list[list[np.ndarray]]:
+    """The outputs the simulator gave for each held-out sample, as the worker saved them."""
+    got = []
+    for index in range(count):
+        with np.load(folder / f"{index}.npz") as archive:
+            got.append([archive[f"arr_{i}"] for i in range(len(archive.files))])
+    return got
+
+
+def _build(
+    job: _Job,
+    precision: str,
+    algorithm: str | None,
+    python: Path,
+    reference: Outputs,
+    spec: Interface,
+    progress: Callable[[str], None],
+) -> Build:
+    """One candidate built and run on the held-out samples in the simulator (its accuracy None
+    when the toolkit could not). Raises OptimizeError when its per-layer analysis fails."""
+    label = f"rknn {precision}" + (f" {algorithm}" if algorithm else "")
+    progress(f"building {label} for {job.target} (rknn-toolkit2)")
+    workdir = job.workdir
+    out = workdir / f"{job.model.stem}.{job.target}.{precision}.{algorithm or 'float'}.rknn"
+    answers = workdir / f"answers-{precision}-{algorithm}"
+    answers.mkdir()
+    description = workdir / f"job-{precision}-{algorithm}.json"
+    analysis = workdir / f"analysis-{precision}-{algorithm}"
+    description.write_text(job.describe(out, algorithm, answers, analysis))
+    status, why = _run_worker(python, description)
+    if status == ANALYSIS_FAILED:
+        raise OptimizeError(f"{label}: {why}")
+    if status != 0:
+        progress(f"{label}: failed ({why}); skipped")
+        return Build(label, precision, out, None)
+    accuracy = compare(reference, _read_answers(answers, len(job.held_out)), spec.outputs)
+    analysed = (
+        layers.read(analysis, len(job.held_out[: job.layer_samples])) if job.layer_samples else None
+    )
+    return Build(label, precision, out, accuracy, analysed)
+
+
 def convert(
     model: Path,
     spec: Interface,
@@ -94,61 +207,16 @@ def convert(
     """Candidates, built until one meets the gate, each with the toolkit's per-layer analysis on
     the first `layer_samples` held-out samples (none: 0). Raises OptimizeError when an analysis
     that was asked for fails or cannot be read."""
-    dataset = workdir / "dataset.txt"
-    dataset.write_text(
-        "".join(" ".join(row) + "\n" for row in _write_samples(calibration, workdir / "cal"))
-    )
-    held_out = _write_samples(validation, workdir / "val")
-    names = [s.name for s in spec.inputs]
-    shapes = [list(calibration[0][name].shape) for name in names]
+    job = _Job.write(model, spec, calibration, validation, target, workdir, layer_samples)
     results: list[Build] = []
     for precision, algorithm in (a for a in ALGORITHMS if a[0] in precisions):
-        label = f"rknn {precision}" + (f" {algorithm}" if algorithm else "")
-        progress(f"building {label} for {target} (rknn-toolkit2)")
-        out = workdir / f"{model.stem}.{target}.{precision}.{algorithm or 'float'}.rknn"
-        answers = workdir / f"answers-{precision}-{algorithm}"
-        answers.mkdir()
-        job = workdir / f"job-{precision}-{algorithm}.json"
-        analysis = workdir / f"analysis-{precision}-{algorithm}"
-        job.write_text(
-            json.dumps(
-                {
-                    "model": str(model),
-                    "target": target,
-                    "quantized_algorithm": algorithm,
-                    "input_names": names,
-                    "input_shapes": shapes,
-                    "dataset": str(dataset),
-                    "output": str(out),
-                    "validation": held_out,
-                    "results": str(answers),
-                    "analysis": {"samples": held_out[:layer_samples], "folder": str(analysis)}
-                    if layer_samples
-                    else None,
-                }
-            )
-        )
-        run = subprocess.run(
-            [str(python), str(WORKER), str(job)], capture_output=True, text=True, check=False
-        )
-        lines = run.stderr.strip().splitlines()
-        why = lines[-1] if lines else f"exit status {run.returncode}"
-        if run.returncode == ANALYSIS_FAILED:
-            raise OptimizeError(f"{label}: {why}")
-        if run.returncode != 0:
-            progress(f"{label}: failed ({why}); skipped")
-            results.append(Build(label, precision, out, None))
+        built = _build(job, precision, algorithm, python, reference, spec, progress)
+        results.append(built)
+        if built.accuracy is None:
             continue
-        got = []
-        for index in range(len(validation)):
-            with np.load(answers / f"{index}.npz") as archive:
-                got.append([archive[f"arr_{i}"] for i in range(len(archive.files))])
-        accuracy = compare(reference, got, spec.outputs)
-        analysed = layers.read(analysis, len(held_out[:layer_samples])) if layer_samples else None
-        results.append(Build(label, precision, out, accuracy, analysed))
-        ok = gate(accuracy)
+        ok = gate(built.accuracy)
         progress(
-            f"{label}: cosine {accuracy.cosine_min:.4f} in the simulator — "
+            f"{built.label}: cosine {built.accuracy.cosine_min:.4f} in the simulator — "
             f"{'meets' if ok else 'below'} the gate"
         )
         if ok:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -109,16 +109,25 @@ def _within(nbytes: int, interface: Interface, what: str) -> None:
         raise RequestError(f"{what} exceed the limit of {interface.limit} bytes", 413)
 
 
-def _input(
-    item: object,
-    interface: Interface,
-    binary: memoryview,
-    offset: int,
-    shm: PeerMemory,
-) -> tuple[int, np.ndarray, int]:
-    """(position in the model's inputs, the array, bytes of the binary section consumed)."""
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        raise RequestError("each input must be a JSON object with a name")
+class _Declared(NamedTuple):
+    """An input as its JSON object declares it, checked against the model's."""
+
+    position: int
+    """In the model's inputs."""
+    spec: TensorSpec
+    what: str
+    """How errors name it."""
+    shape: list[int]
+    elements: int
+    nbytes: int
+    """What the elements take (BYTES: known only once serialized)."""
+
+    @property
+    def text(self) -> bool:
+        return self.spec.datatype == "BYTES"
+
+
+def _declared(item: Mapping[str, Any], interface: Interface) -> _Declared:
     name = item["name"]
     if name not in interface.by_name:
         known = ", ".join(interface.by_name)
@@ -142,40 +151,77 @@ def _input(
             f"{what}: batch of {shape[0]}, this model takes 1..{interface.max_batch}"
         )
     count = math.prod(shape)
-    text = spec.datatype == "BYTES"
-    nbytes = count * spec.dtype.itemsize  # BYTES: checked once the serialized size is known
-    if not text:
-        _within(nbytes, interface, f"{what}: {count} elements ({nbytes} bytes)")
+    declared = _Declared(index, spec, what, shape, count, count * spec.dtype.itemsize)
+    if not declared.text:
+        _within(declared.nbytes, interface, f"{what}: {count} elements ({declared.nbytes} bytes)")
+    return declared
+
+
+def _from_shared_memory(
+    declared: _Declared, ref: ShmRef, interface: Interface, shm: PeerMemory
+) -> np.ndarray:
+    what, count = declared.what, declared.elements
+    if declared.text:
+        _within(ref.byte_size, interface, f"{what}: shared_memory_byte_size {ref.byte_size}")
+        return strings.from_binary(
+            shm.read(ref, np.dtype(np.uint8), ref.byte_size).data, count, what
+        )
+    if ref.byte_size != declared.nbytes:
+        raise RequestError(
+            f"{what}: shared_memory_byte_size {ref.byte_size}, needs {declared.nbytes}"
+        )
+    return shm.read(ref, declared.spec.dtype, count)
+
+
+def _from_binary(
+    declared: _Declared, params: Mapping[str, Any], binary: memoryview, offset: int
+) -> tuple[np.ndarray, int]:
+    """The array in the binary section at `offset`, and the bytes it takes there."""
+    what, nbytes = declared.what, declared.nbytes
+    size = integer(params["binary_data_size"], f"{what}: binary_data_size")
+    if size != nbytes and not declared.text:
+        raise RequestError(
+            f"{what}: binary_data_size {size}, shape {declared.shape} needs {nbytes}"
+        )
+    if offset + size > len(binary):
+        raise RequestError(f"{what}: its binary data runs past the end of the body")
+    raw = binary[offset : offset + size]
+    if declared.text:
+        return strings.from_binary(raw, declared.elements, what), size
+    return np.frombuffer(raw, declared.spec.dtype), size
+
+
+def _input(
+    item: object,
+    interface: Interface,
+    binary: memoryview,
+    offset: int,
+    shm: PeerMemory,
+) -> tuple[int, np.ndarray, int]:
+    """(position in the model's inputs, the array, bytes of the binary section consumed)."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise RequestError("each input must be a JSON object with a name")
+    declared = _declared(item, interface)
+    what, count = declared.what, declared.elements
     params = parameters_of(item, what)
     ref = _shm(params, what)
     used = 0
     if ref is not None:
         if "data" in item:
             raise RequestError(f"{what}: give data or shared memory, not both")
-        if text:
-            _within(ref.byte_size, interface, f"{what}: shared_memory_byte_size {ref.byte_size}")
-            flat = strings.from_binary(
-                shm.read(ref, np.dtype(np.uint8), ref.byte_size).data, count, what
-            )
-        elif ref.byte_size != nbytes:
-            raise RequestError(f"{what}: shared_memory_byte_size {ref.byte_size}, needs {nbytes}")
-        else:
-            flat = shm.read(ref, spec.dtype, count)
+        flat = _from_shared_memory(declared, ref, interface, shm)
     elif "binary_data_size" in params:
-        size = integer(params["binary_data_size"], f"{what}: binary_data_size")
-        if size != nbytes and not text:
-            raise RequestError(f"{what}: binary_data_size {size}, shape {shape} needs {nbytes}")
-        if offset + size > len(binary):
-            raise RequestError(f"{what}: its binary data runs past the end of the body")
-        raw = binary[offset : offset + size]
-        flat = strings.from_binary(raw, count, what) if text else np.frombuffer(raw, spec.dtype)
-        used = size
+        flat, used = _from_binary(declared, params, binary, offset)
     elif "data" in item:
         data = item["data"]
-        flat = strings.from_json(data, count, what) if text else _from_json(data, spec, count, what)
+        flat = (
+            strings.from_json(data, count, what)
+            if declared.text
+            else _from_json(data, declared.spec, count, what)
+        )
     else:
         raise RequestError(f"{what}: no data, binary_data_size or shared_memory_region")
-    return index, flat.reshape(shape), used
+    return declared.position, flat.reshape(declared.shape), used
 
 
 def decode(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from mcpd.config import ModelSection
 from mcpd.percentiles import Durations
+from mcpd.placement.plan import UNPLACED, ModelPlacement
 from mcpd.serving.codec import Interface
 from mcpd.serving.loads import FileIdentity, Loads, Target
 from mcpd.serving.statistics import Recorder
@@ -25,6 +26,8 @@ class Entry:
     """The configuration wanted now (a load of it may still be running)."""
     file: FileIdentity | None = None
     """The model file's identity when that load was asked for (see `file_identity`)."""
+    placement: ModelPlacement = UNPLACED
+    """Where the plan wants its threads now (a session is built for them)."""
     state: str = "loading"
     """loading, ready, failed or unloaded (by a client's unload request)."""
     loads: Loads = field(default_factory=Loads)

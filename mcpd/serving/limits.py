@@ -16,15 +16,16 @@ from collections.abc import AsyncIterator, Callable
 from mcpd.config import DaemonSection
 from mcpd.serving.errors import RequestError
 from mcpd.serving.request import BodyTimeout, BodyTooLarge, Request
+from sensors.episodes import Repeats
 
 THROTTLED_LOGGERS = ("asyncio", "mcpd.serving.http", "mcpd.serving.connections")
 LOG_INTERVAL_S = 10.0
 
 
 class Throttle(logging.Filter):
-    """Per logger and interval: each message (its first line) once, and at most `per_logger`
-    records in all (messages that embed varying text cannot get round the first rule). The next
-    record that passes says how many were dropped."""
+    """Per logger: each message (its first line) at most once per interval, and at most
+    `per_logger` records per interval in all (messages that embed varying text cannot get round
+    the first rule). The next record that passes says how many were dropped."""
 
     def __init__(
         self,
@@ -33,26 +34,19 @@ class Throttle(logging.Filter):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
-        self.interval_s = interval_s
-        self.per_logger = per_logger
         self.clock = clock
-        self._window = clock()
-        self._seen: set[tuple[str, str]] = set()
-        self._passed: dict[str, int] = {}
+        self._lines: Repeats[tuple[str, str]] = Repeats(interval_s)
+        self._loggers: Repeats[str] = Repeats(interval_s, times=per_logger)
         self._dropped: dict[str, int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         now = self.clock()
-        if now - self._window >= self.interval_s:
-            self._window = now
-            self._seen.clear()
-            self._passed.clear()
-        key = (record.name, str(record.msg).split("\n", 1)[0][:80])
-        if key in self._seen or self._passed.get(record.name, 0) >= self.per_logger:
+        line = (record.name, str(record.msg).split("\n", 1)[0][:80])
+        # A line dropped for its logger's allowance was not said: it may pass once that returns.
+        if self._lines.quiet(line, now) or self._loggers.say(record.name, now) is None:
             self._dropped[record.name] = self._dropped.get(record.name, 0) + 1
             return False
-        self._seen.add(key)
-        self._passed[record.name] = self._passed.get(record.name, 0) + 1
+        self._lines.say(line, now)
         dropped = self._dropped.pop(record.name, 0)
         if dropped:
             record.msg = f"{record.msg} ({dropped} similar lines dropped before this one)"

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mcpd.config import ModelSection
 from mcpd.events import Event, EventBus
 from mcpd.optimize.background import Optimizer
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving import backends
 from mcpd.serving.backends import Backend
 from mcpd.serving.codec import Interface
@@ -45,7 +46,7 @@ class Loader:
         events: EventBus,
         limit: int,
         optimizer: Optimizer | None,
-        open_backend: Callable[[ModelSection], Backend],
+        open_backend: Callable[[ModelSection, ModelPlacement], Backend],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.entries = entries
@@ -78,7 +79,7 @@ class Loader:
 
     def want(self, entry: Entry, target: Target) -> tuple[Load, asyncio.Future[str | None]]:
         """Ask for a load of `target` (mcpd.serving.loads's rules); returns it and its answer."""
-        entry.config, entry.file = target.model, target.file
+        entry.config, entry.file, entry.placement = target.model, target.file, target.placement
         load, start, overtaken = entry.loads.want(target)
         if overtaken is not None:
             self._answer(overtaken, None)
@@ -116,7 +117,7 @@ class Loader:
         error: str | None = None
         try:
             backend = await loop.run_in_executor(
-                self._builder, self.open_backend, load.target.source()
+                self._builder, self.open_backend, load.target.source(), load.target.placement
             )
         except Exception as exc:
             error = _reason(exc)
@@ -158,6 +159,7 @@ class Loader:
             batch_size=lambda: self.batch_size(model.name),
             loop=asyncio.get_running_loop(),
             statistics=entry.statistics,
+            cpus=load.target.placement.allowed,
         )
         old, entry.worker = entry.worker, worker
         entry.interface = Interface(backend.inputs, backend.outputs, model.max_batch, self.limit)

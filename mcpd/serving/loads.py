@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from mcpd.config import ModelSection
 from mcpd.optimize.background import Built
+from mcpd.placement.plan import UNPLACED, ModelPlacement
 
 FileIdentity = tuple[int, ...]
 
@@ -35,6 +36,8 @@ class Target:
     """The model file's identity when the load was asked for (repository.file_identity)."""
     built: Built | None = None
     """The optimized file that replaces the model's, or None for the model's own."""
+    placement: ModelPlacement = UNPLACED
+    """Where its threads run (the placement plan): a session is built for them."""
 
     def source(self) -> ModelSection:
         """The table the session is built from: the optimized file, where there is one,

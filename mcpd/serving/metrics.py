@@ -3,18 +3,14 @@
 A custom collector (prometheus_client's way to export values kept elsewhere) turns, at each scrape,
 one status document and the models' statistics into metric families: nothing is counted twice, and
 nothing is kept for Prometheus between scrapes. Each service has a registry of its own, never the
-library's global one. Names, units and types follow Prometheus' conventions; docs/metrics.md lists
-every family and why it is named so.
-
-The document is read key by key with a default rather than through mcpd.status's TypedDicts: a
-key the governor does not send (yet: issue 15's `thermal.seconds_to_throttle`, `power_source`,
-`inference.*.joules_per_inference`) is a family without samples, never a failed scrape.
+library's global one. The families themselves, their names, units and values, are mcpd.families'
+(the same for `mcpctl ingest`); the latency histograms, which only this process has, are here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, get_args
+from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
@@ -27,15 +23,9 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from mcpd.families import PREFIX, Family, governor_families, model_families
 from mcpd.snapshot import LATENCY_BUCKETS_S, Histogram, ModelStats
-from mcpd.status import CoolingState, GovernorState
 
-PREFIX = "mcpd_"
-GOVERNOR_STATES: tuple[str, ...] = get_args(GovernorState)
-"""Every state the governor reports: each is a series of mcpd_governor_state, 1 for the one in
-force, so a state that is not in force reads 0, not absent."""
-COOLING_STATES: tuple[str, ...] = get_args(CoolingState)
-HERTZ_PER_MHZ = 1e6
 LATENCIES = (
     ("request", "time from arrival to answer."),
     ("queue", "time in the model's queue, until their batch was taken."),
@@ -46,265 +36,32 @@ LATENCIES = (
 BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS_S), "+Inf"]
 """Each bucket's `le` label, written as Prometheus writes floats."""
 
-BACKEND_LABELS = ("backend", "provider", "device", "precision", "capabilities")
-"""mcpd_model_backend_info's labels besides `model`, from the loaded backend's detail; empty
-where the backend has no such thing (a provider is onnxruntime's, a device OpenVINO's)."""
 
-Rows = list[tuple[list[str], Any]]
-
-
-def _filled(family: GaugeMetricFamily | CounterMetricFamily, rows: Rows) -> Metric:
-    """`family` with a sample per row that has a number (a null in the status is no sample)."""
-    for values, value in rows:
-        if isinstance(value, (int, float)):
-            family.add_metric(values, float(value))
-    return family
-
-
-def _gauge(name: str, help: str, unit: str, labels: list[str], rows: Rows) -> Metric:
-    return _filled(GaugeMetricFamily(PREFIX + name, help, labels=labels, unit=unit), rows)
-
-
-def _counter(name: str, help: str, labels: list[str], rows: Rows) -> Metric:
-    return _filled(CounterMetricFamily(PREFIX + name, help, labels=labels), rows)
-
-
-def _label(value: object) -> str:
-    """A label value: a list (capabilities) comma-separated, nothing as the empty string."""
-    if value is None:
-        return ""
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _hertz(mhz: object) -> int | None:
-    """Whole hertz: every frequency the kernel reports is whole kHz or Hz."""
-    return round(mhz * HERTZ_PER_MHZ) if isinstance(mhz, (int, float)) else None
-
-
-def governor_families(document: Mapping[str, Any]) -> Iterator[Metric]:
-    """What the governor knows: sensors, caps, its state, the batch sizes it sets."""
-    power = document.get("power_w")
-    estimated = document.get("power_estimated") or document.get("power_source") == "estimate"
-    yield _gauge(
-        "temperature_celsius",
-        "Governing temperature (the hottest SoC/CPU sensor).",
-        "celsius",
-        [],
-        [([], document.get("temperature_c"))],
-    )
-    yield _gauge(
-        "sensor_temperature_celsius",
-        "Each temperature sensor.",
-        "celsius",
-        ["sensor"],
-        [([n], v) for n, v in document.get("temperatures", {}).items()],
-    )
-    yield _gauge(
-        "power_watts",
-        'Governing power: the board\'s input rail, else an estimate (estimated="true": a sum of '
-        "rails or a model where the board has no meter).",
-        "watts",
-        ["estimated"],
-        [(["true" if estimated else "false"], power)],
-    )
-    yield _gauge(
-        "sensor_power_watts",
-        "Each power sensor.",
-        "watts",
-        ["sensor"],
-        [([n], v) for n, v in document.get("powers", {}).items()],
-    )
-    domains = document.get("domains", {})
-    for key, name, help in (
-        ("cap_mhz", "cap", "Frequency cap in force (read back from sysfs)."),
-        ("cur_mhz", "frequency", "Current frequency."),
-        ("target_mhz", "target", "The governor's continuous target; the cap is it snapped."),
-        ("min_mhz", "min", "Lowest cap the governor sets."),
-        ("max_mhz", "max", "Highest cap the governor sets."),
-    ):
-        yield _gauge(
-            f"domain_{name}_hertz",
-            help,
-            "hertz",
-            ["domain", "kind"],
-            [([n, d.get("kind", "")], _hertz(d.get(key))) for n, d in domains.items()],
+def exposed(family: Family) -> Metric:
+    """A family as prometheus_client's custom collectors yield it."""
+    metric: GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
+    if family.kind == "info":
+        metric = InfoMetricFamily(family.name, family.help, labels=list(family.labels))
+        split = len(family.labels)
+        for values, _ in family.rows:
+            metric.add_metric(
+                list(values[:split]), dict(zip(family.keys, values[split:], strict=True))
+            )
+        return metric
+    if family.kind == "counter":
+        metric = CounterMetricFamily(family.name, family.help, labels=list(family.labels))
+    else:
+        metric = GaugeMetricFamily(
+            family.name, family.help, labels=list(family.labels), unit=family.unit
         )
-    thermal = document.get("thermal", {})
-    yield _gauge(
-        "thermal_headroom_ratio",
-        "1 at the throttle threshold, 0 thirty degrees below it (Android's headroom).",
-        "ratio",
-        [],
-        [([], thermal.get("headroom"))],
-    )
-    yield _gauge(
-        "thermal_time_to_throttle_seconds",
-        "Forecast time until the throttle threshold; absent when not heading there.",
-        "seconds",
-        [],
-        [([], thermal.get("seconds_to_throttle"))],
-    )
-    yield from cooling_families(document.get("cooling", {}))
-    governor = document.get("governor", {})
-    yield _states("governor_state", "governor's", GOVERNOR_STATES, governor.get("state"))
-    if "policy" in governor:
-        info = InfoMetricFamily(PREFIX + "governor", "The governor's policy and profile.")
-        info.add_metric(
-            [], {"policy": str(governor["policy"]), "profile": str(governor.get("profile", ""))}
-        )
-        yield info
-    yield _counter(
-        "governor_external_cap_changes",
-        "Caps found changed by another program (mcpd followed them).",
-        [],
-        [([], governor.get("external_cap_changes"))],
-    )
-    yield _gauge(
-        "batch_size",
-        "Batch size the governor sets per model.",
-        "",
-        ["model"],
-        [([m], size) for m, size in document.get("batch", {}).items()],
-    )
-    serving = document.get("serving", {})
-    yield _counter(
-        "serving_restarts", "Restarts of the serving process.", [], [([], serving.get("restarts"))]
-    )
-    daemon = document.get("daemon", {})
-    cpu = daemon.get("cpu_percent")
-    rss = daemon.get("rss_mb")
-    yield _gauge(
-        "daemon_cpu_ratio",
-        "The governor process's CPU use, in cores.",
-        "ratio",
-        [],
-        [([], None if cpu is None else cpu / 100)],
-    )
-    yield _gauge(
-        "daemon_resident_memory_bytes",
-        "The governor process's resident memory.",
-        "bytes",
-        [],
-        [([], None if rss is None else round(rss * 2**20))],
-    )
-    if "version" in daemon:
-        build = InfoMetricFamily(PREFIX + "build", "The mcpd version.")
-        build.add_metric([], {"version": str(daemon["version"])})
-        yield build
+    for values, value in family.rows:
+        metric.add_metric(list(values), value)
+    return metric
 
 
-def _states(name: str, whose: str, known: tuple[str, ...], state: object) -> Metric:
-    """One series per state, 1 for the one in force: a state not in force reads 0, not absent."""
-    states = () if state is None else (*known, *{str(state)} - set(known))
-    return _gauge(
-        name,
-        f"1 for the {whose} state in force, 0 for the others.",
-        "",
-        ["state"],
-        [([s], int(s == state)) for s in states],
-    )
-
-
-def cooling_families(cooling: Mapping[str, Any]) -> Iterator[Metric]:
-    """The cooling's health (README, "Cooling health")."""
-    for name, key, unit, help in (
-        (
-            "thermal_resistance_celsius_per_watt",
-            "thermal_resistance_c_per_w",
-            "celsius_per_watt",
-            "Thermal resistance from the governing sensor to the air, fitted to the board's "
-            "own readings.",
-        ),
-        (
-            "thermal_resistance_baseline_celsius_per_watt",
-            "baseline_c_per_w",
-            "celsius_per_watt",
-            "The board's thermal resistance as first learned (its baseline).",
-        ),
-        (
-            "cooling_drift_ratio",
-            "drift_ratio",
-            "ratio",
-            "Thermal resistance over its baseline: 1.25 is 25 % worse cooling.",
-        ),
-        (
-            "thermal_time_constant_seconds",
-            "time_constant_s",
-            "seconds",
-            "The board's time constant.",
-        ),
-        (
-            "cooling_confidence_ratio",
-            "confidence",
-            "ratio",
-            "How well the last fits agree, 0 to 1.",
-        ),
-    ):
-        yield _gauge(name, help, unit, [], [([], cooling.get(key))])
-    yield _states("cooling_state", "cooling's", COOLING_STATES, cooling.get("state"))
-
-
-def model_families(
-    document: Mapping[str, Any], stats: Mapping[str, ModelStats]
-) -> Iterator[Metric]:
-    """What the serving process knows of each model."""
-    inference = document.get("inference", {})
-    yield _gauge(
-        "model_ready",
-        "1 when the model serves.",
-        "",
-        ["model"],
-        [([m], int(s.ready)) for m, s in stats.items()],
-    )
-    yield _counter(
-        "inference_requests",
-        "Inference requests answered, errors included.",
-        ["model"],
-        [([m], s.requests) for m, s in stats.items()],
-    )
-    yield _counter(
-        "inference_errors",
-        "Inference requests answered with an error.",
-        ["model"],
-        [([m], s.errors) for m, s in stats.items()],
-    )
-    runtime = InfoMetricFamily(
-        PREFIX + "model_backend",
-        "What runs each loaded model: its backend, onnxruntime's provider, OpenVINO's device, "
-        "precision in force and the device's capabilities.",
-        labels=["model"],
-    )
-    for m, s in stats.items():
-        if "backend" in s.detail:  # loaded
-            runtime.add_metric([m], {key: _label(s.detail.get(key)) for key in BACKEND_LABELS})
-    yield runtime
+def histogram_families(stats: Mapping[str, ModelStats]) -> Iterator[Metric]:
+    """Each model's latency histograms, which only the serving process's statistics have."""
     counted = {m: s.statistics for m, s in stats.items() if s.statistics is not None}
-    yield _counter(
-        "inference_batches",
-        "Batches run (Triton's execution_count).",
-        ["model"],
-        [([m], c.execution_count) for m, c in counted.items()],
-    )
-    yield _counter(
-        "inference_rows",
-        "Batch rows run: a request of 8 rows counts 8 (Triton's inference_count).",
-        ["model"],
-        [([m], c.inference_count) for m, c in counted.items()],
-    )
-    yield _gauge(
-        "inference_queued_requests",
-        "Requests waiting for a batch.",
-        "",
-        ["model"],
-        [([m], s.queue_depth) for m, s in stats.items()],
-    )
-    yield _gauge(
-        "inference_energy_per_inference_joules",
-        "Board energy attributed to one inference of the model.",
-        "joules",
-        ["model"],
-        [([m], fields.get("joules_per_inference")) for m, fields in inference.items()],
-    )
     for phase, help in LATENCIES:
         family = HistogramMetricFamily(
             f"{PREFIX}inference_{phase}_duration_seconds",
@@ -333,8 +90,10 @@ class StatusCollector:
 
     def collect(self) -> Iterator[Metric]:
         document = self.status() or {}  # none before the governor's first: serving's part only
-        yield from governor_families(document)
-        yield from model_families(document, self.stats())
+        stats = self.stats()
+        yield from map(exposed, governor_families(document))
+        yield from map(exposed, model_families(document, stats))
+        yield from histogram_families(stats)
 
 
 class Exposition:

@@ -3,8 +3,8 @@
 Started by mcpd.governor.supervisor with the listening socket, its end of the socket pair and the
 shared block on descriptors given on the command line (the protocol is mcpd.ipc), then the log
 level and ROLE=FD for each TCP listener the governor holds too: `http=FD` where `[serving] http` is
-set, `metrics=FD` where `[metrics] listen` is. It first puts itself
-below the governor (lower_own_priority), waits for the configuration, serves, forwards events and
+set, `metrics=FD` where `[metrics] listen` is. It first puts itself below the governor
+(lower_own_priority), waits for the configuration, serves, forwards events and
 sends its model statistics once a second, applies the configurations the governor sends on reload,
 acknowledging each (a first one it refuses ends it: it has nothing to serve with), and stops on
 SIGTERM (finishing what it has taken) or as soon as the governor's end of the socket pair closes
@@ -29,8 +29,11 @@ from mcpd.channel import Channel
 from mcpd.events import Event, EventBus
 from mcpd.ipc import EventFields, IpcError, Message, SharedBlock, stats_message
 from mcpd.listen import Listener
+from mcpd.placement import affinity
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving.service import InferenceService
-from mcpd.status import StatusDocument
+from mcpd.status import PlacementDoc, StatusDocument
+from sensors import cpulist
 from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.serving")
@@ -77,7 +80,7 @@ class Serving:
         self.slots: dict[str, int] = {}
         self.service: InferenceService | None = None
         self.stop = asyncio.Event()
-        self._configs: asyncio.Queue[config_module.Config] = asyncio.Queue()
+        self._configs: asyncio.Queue[tuple[config_module.Config, PlacementDoc]] = asyncio.Queue()
         self._unsent: Repeats[str] = Repeats(UNSENT_LOG_S)
 
     def batch_size(self, model: str) -> int:
@@ -135,7 +138,7 @@ class Serving:
                 continue
             self.slots = dict(message["slots"])
             self._send({"kind": "configured", "generation": generation, "error": None})
-            self._configs.put_nowait(config)
+            self._configs.put_nowait((config, message["placement"]))
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -145,15 +148,17 @@ class Serving:
         first = await self._first_config()
         if first is None:
             return 1
+        config, placement = first
         events = EventBus()
         events.subscribe(self._on_event)
         self.service = InferenceService(
-            first,
+            config,
             self.status,
             self.batch_size,
             events,
             listener=Listener(self.listener, None),
             tcp=self.tcp,
+            placements=place(placement),
         )
         await self.service.start()
         self._send({"kind": "ready"})
@@ -165,7 +170,7 @@ class Serving:
         await self.service.stop()
         return 0
 
-    async def _first_config(self) -> config_module.Config | None:
+    async def _first_config(self) -> tuple[config_module.Config, PlacementDoc] | None:
         """The governor's configuration; None when it refused the first, it is told to stop, or
         none came in CONFIG_TIMEOUT_S."""
         taken = asyncio.ensure_future(self._configs.get())
@@ -189,12 +194,23 @@ class Serving:
 
     async def _apply_reloads(self) -> None:
         while True:
-            config = await self._configs.get()
+            config, placement = await self._configs.get()
             assert self.service is not None
             try:
-                await self.service.reload(config)
+                await self.service.reload(config, place(placement))
             except Exception:
                 log.exception("reload of the serving process failed; it keeps its models")
+
+
+def place(plan: PlacementDoc) -> dict[str, ModelPlacement]:
+    """The event loop's thread (this one) where the plan puts it, else on every CPU mcpd may use:
+    the process began on the governor's CPUs, which its threads would inherit. Returns where
+    each model's threads go."""
+    usable = tuple(sorted(cpulist.parse(plan["usable"]) or ()))
+    loop = plan["serving_loop"]
+    placed = cpulist.parse(loop["cpus"]) if loop["skipped"] is None else None
+    affinity.pin(placed or usable, "serving's event loop")
+    return {name: ModelPlacement.of(doc, usable) for name, doc in plan["models"].items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mcpd.config import ModelSection
 from mcpd.events import Event, EventBus
 from mcpd.optimize.background import Optimizer
+from mcpd.placement.plan import UNPLACED, ModelPlacement
 from mcpd.serving import backends
 from mcpd.serving.backends import Backend
 from mcpd.serving.codec import VERSION
@@ -42,7 +43,7 @@ class Repository:
         limit: int,
         optimizer: Optimizer | None = None,
         *,
-        open_backend: Callable[[ModelSection], Backend] | None = None,
+        open_backend: Callable[[ModelSection, ModelPlacement], Backend] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.events = events
@@ -100,9 +101,12 @@ class Repository:
 
     # -- changes ---------------------------------------------------------------------------------
 
-    async def apply(self, models: tuple[ModelSection, ...]) -> None:
-        """Make the served set match `models`. Returns once unloads are done; loads go on in the
-        background."""
+    async def apply(
+        self, models: tuple[ModelSection, ...], placements: Mapping[str, ModelPlacement] = {}
+    ) -> None:
+        """Make the served set match `models`, each with its threads where `placements` puts
+        them (a model placed elsewhere is loaded again). Returns once unloads are done; loads go
+        on in the background."""
         wanted = {model.name: model for model in models}
         for name in [name for name in self.entries if name not in wanted]:
             removed = self.entries.pop(name)
@@ -113,14 +117,19 @@ class Repository:
         for name, model in wanted.items():
             entry = self.entries.get(name)
             file = file_identity(model.path)
-            if entry is not None and entry.config == model and entry.file == file:
+            placement = placements.get(name, UNPLACED)
+            if entry is not None and (entry.config, entry.file, entry.placement) == (
+                model,
+                file,
+                placement,
+            ):
                 continue
             if entry is None:
-                entry = self.entries[name] = Entry(model, file)
+                entry = self.entries[name] = Entry(model, file, placement)
             elif entry.state == "unloaded":  # stays unloaded until a client loads it
-                entry.config, entry.file = model, file
+                entry.config, entry.file, entry.placement = model, file, placement
                 continue
-            self.loader.want(entry, Target(model, file))
+            self.loader.want(entry, Target(model, file, placement=placement))
 
     async def load(self, name: str) -> None:
         """A client's load request: read the configured model's file again and swap it in, like a
@@ -129,7 +138,8 @@ class Repository:
         400 naming the file and the reason (Triton answers a failed load with INVALID_ARG)."""
         entry = self.get(name)
         model = entry.config
-        load, answer = self.loader.want(entry, Target(model, file_identity(model.path)))
+        target = Target(model, file_identity(model.path), placement=entry.placement)
+        load, answer = self.loader.want(entry, target)
         # Shielded: a client that hangs up does not cancel a load that others may be waiting for.
         error = await asyncio.shield(answer)
         if error is not None:

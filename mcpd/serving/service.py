@@ -13,6 +13,7 @@ from mcpd.config import Config, tcp_listeners
 from mcpd.events import EventBus
 from mcpd.listen import Listener, bind_tcp_listeners, listen
 from mcpd.optimize.background import Optimizer
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving.connections import SOCKET_CAP, Acceptor, connection_cap
 from mcpd.serving.endpoints import Endpoints
 from mcpd.serving.http import HttpServer
@@ -52,8 +53,12 @@ class InferenceService:
         shm_root: str = "/dev/shm",
         listener: Listener | None = None,
         tcp: Mapping[str, socket.socket] | None = None,
+        placements: Mapping[str, ModelPlacement] | None = None,
     ) -> None:
+        """`placements`: where each model's threads run (the governor's placement plan); none
+        placed without one."""
         self.config = config
+        self.placements = dict(placements or {})
         self.status = status
         self.gpu_check: asyncio.Task[None] | None = None
         self.tidying: asyncio.Task[None] | None = None
@@ -108,7 +113,7 @@ class InferenceService:
         self.tidying = asyncio.create_task(
             asyncio.to_thread(self.optimizer.tidy, self.config.models)
         )
-        await self.repository.apply(self.config.models)
+        await self.repository.apply(self.config.models, self.placements)
 
     def _serve(
         self,
@@ -166,18 +171,21 @@ class InferenceService:
             sock.close()
         self._listener, self._tcp = None, {}
 
-    async def reload(self, config: Config) -> None:
-        """Models are added, removed or replaced and the request limits apply at once; the socket,
-        the largest tensor (built into each model's interface) and the header and send timeouts (built
-        into the HTTP server) stay as started."""
+    async def reload(
+        self, config: Config, placements: Mapping[str, ModelPlacement] | None = None
+    ) -> None:
+        """Models are added, removed, replaced or placed elsewhere and the request limits apply at
+        once; the socket, the largest tensor (built into each model's interface) and the header
+        and send timeouts (built into the HTTP server) stay as started."""
         for key in ("max_request_bytes", "header_timeout_ms", "send_timeout_ms"):
             if getattr(config.daemon, key) != getattr(self.config.daemon, key):
                 log.warning("reload: [daemon] %s changes only on restart", key)
         if tcp_listeners(config) != tcp_listeners(self.config):
             log.warning("reload: [serving] http and [metrics] listen change only on restart")
         self.config = config
+        self.placements = dict(placements or {})
         self.endpoints.bodies.daemon = config.daemon
-        await self.repository.apply(config.models)
+        await self.repository.apply(config.models, self.placements)
 
     def stats(self) -> dict[str, ModelStats]:
         return self.repository.stats()

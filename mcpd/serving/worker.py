@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
+from mcpd.placement import affinity
 from mcpd.serving.backends import Backend
 from mcpd.serving.batching import Queued, RecentPeak, decide
 from mcpd.serving.errors import RequestError
@@ -119,8 +120,13 @@ class ModelWorker:
         loop: asyncio.AbstractEventLoop,
         statistics: Recorder | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cpus: Sequence[int] = (),
     ) -> None:
+        """`cpus`: where the worker thread runs, the model's CPUs (it runs each batch, and
+        onnxruntime gives the caller a share of each parallel section, OpenVINO a model of one
+        thread all of it)."""
         self.name = name
+        self.cpus = tuple(cpus)
         self.backend = backend
         self.max_batch = max_batch
         self.max_queue_size = max_queue_size
@@ -179,6 +185,8 @@ class ModelWorker:
 
     def _run(self) -> None:
         lower_priority()
+        if self.cpus:
+            affinity.pin(self.cpus, f"model {self.name}'s worker")
         while True:
             batch = self._next_batch()
             if batch is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mcpd.sim.plant import Thermal
+from mcpd.sim.topology import Topology, dmips_capacities, uniform
 
 PART_NAMES = ("cpu", "gpu", "npu", "static", "board")
 """Power components a rail or RAPL zone can measure: a load class's dynamic power, SoC static
@@ -136,6 +137,8 @@ class RaplZone:
     """"0" for intel-rapl:0, "0:0" for its first subzone."""
     name: str
     parts: tuple[str, ...]
+    share: float = 1.0
+    """Fraction of the parts' power it measures (each package of a two-socket board half)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,12 @@ class Profile:
     cpus: tuple[CpuPolicy, ...] = ()
     devfreqs: tuple[Devfreq, ...] = ()
     thermal: Thermal = field(default_factory=lambda: Thermal(25.0, 6.0, 35.0, 2.0, 0.004, 2.5))
+    topology: Topology | None = None
+    """The CPUs' topology files (mcpd/sim/topology.py); None: one uniform cluster per policy."""
+
+    @property
+    def cpu_numbers(self) -> tuple[int, ...]:
+        return tuple(sorted(cpu for policy in self.cpus for cpu in policy.cpus))
 
 
 _ARM_CPUINFO = (
@@ -164,13 +173,6 @@ _ARM_CPUINFO = (
 
 def _arm_cpuinfo(count: int) -> str:
     return "".join(_ARM_CPUINFO.format(n=n) for n in range(count))
-
-
-def _x86_cpuinfo(vendor: str, model_name: str, count: int) -> str:
-    return "".join(
-        f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 6\nmodel name\t: {model_name}\n\n"
-        for n in range(count)
-    )
 
 
 # Orin CPU table: the Orin NX table from a third-party script (UNCONFIRMED), cut at each module's max.
@@ -236,6 +238,10 @@ JETSON_ORIN_NANO = Profile(
                 "nvhost_podgov", of_node="gpu"),
     ),
     thermal=Thermal(ambient_c=25.0, r_th=6.4, tau_s=35.0, static_w=2.0, leakage_per_c=0.004, board_w=2.6),
+    # tegra234.dtsi: Cortex-A78AE nodes without capacity-dmips-mhz (every capacity 1024), three
+    # cpu-map clusters of which the Orin Nano module has 4 + 2 cores; JetPack 6's 5.15 kernel
+    # predates cluster_cpus_list, so cpufreq's related_cpus is the cluster (docs/cpu-topology.md).
+    topology=uniform(range(6), capacity=True),
 )  # fmt: skip
 
 JETSON_AGX_ORIN = Profile(
@@ -271,6 +277,7 @@ JETSON_AGX_ORIN = Profile(
                 "nvhost_podgov", of_node="gpu"),
     ),
     thermal=Thermal(ambient_c=25.0, r_th=2.4, tau_s=40.0, static_w=3.5, leakage_per_c=0.004, board_w=4.0),
+    topology=uniform(range(12), capacity=True),  # three clusters of four A78AE, as the Orin Nano
 )  # fmt: skip
 
 _NANO_CPU_KHZ = (
@@ -317,6 +324,9 @@ JETSON_NANO_JP4 = Profile(
                 of_node="gpu"),
     ),
     thermal=Thermal(ambient_c=25.0, r_th=8.8, tau_s=35.0, static_w=1.3, leakage_per_c=0.004, board_w=1.5),
+    # L4T R32's 4.9 kernel: no cpu_capacity, no cluster_cpus_list, no core_cpus_list (their
+    # fallbacks are what is read on it); four Cortex-A57 in one cluster.
+    topology=Topology((0, 1, 2, 3), core_cpus_list=False),
 )  # fmt: skip
 
 _RK_LITTLE_KHZ = (408000, 600000, 816000, 1008000, 1200000, 1416000, 1608000, 1800000)
@@ -412,68 +422,13 @@ RK3588 = Profile(
     ),
     # Idle near 35 °C as reported for the ROCK 5B (htop#1404).
     thermal=Thermal(ambient_c=25.0, r_th=6.3, tau_s=35.0, static_w=1.9, leakage_per_c=0.004, board_w=2.0),
+    # rk3588-base.dtsi (docs/cpu-topology.md): cpu-map clusters 0-3 (A55), 4-5 and 6-7 (A76),
+    # capacity-dmips-mhz 530 and 1024, so cpu_capacity 397 and 1024 at 1.8 and 2.4 GHz.
+    topology=Topology(
+        tuple(range(8)),
+        dmips_capacities((530,) * 4 + (1024,) * 4, (1800000,) * 4 + (2400000,) * 4),
+        clusters=((0, 1, 2, 3), (4, 5), (6, 7)),
+    ),
 )  # fmt: skip
 
-X86_INTEL = Profile(
-    name="x86-intel",
-    cpuinfo=_x86_cpuinfo("GenuineIntel", "Intel(R) N100", 4),
-    dmi={"sys_vendor": "AZW", "product_name": "MINI S", "board_vendor": "AZW", "board_name": "MINI S"},
-    zones=(Zone("acpitz", 0.55, 3.0, hwmon_mirror=True, resolution_mc=100),
-           Zone("x86_pkg_temp", 1.0, 0.0, resolution_mc=1000)),
-    hwmon_chips=(
-        HwmonChip(
-            "coretemp",
-            "sys/devices/platform/coretemp.0",
-            (
-                HwmonChannel(1, "Package id 0", 1.0),
-                HwmonChannel(2, "Core 0", 0.98),
-                HwmonChannel(3, "Core 1", 0.99),
-                HwmonChannel(4, "Core 2", 0.97),
-                HwmonChannel(5, "Core 3", 0.98),
-            ),
-            crit_c=105,
-            max_c=105,
-            resolution_mc=1000,
-        ),
-        HwmonChip("nvme", "sys/devices/pci0000:00/0000:00:1d.0/0000:01:00.0/nvme/nvme0",
-                  (HwmonChannel(1, "Composite", 0.35, 4.0),), crit_c=84, max_c=81),
-    ),
-    rapl=(
-        RaplZone("0", "package-0", ("cpu", "gpu", "static")),
-        RaplZone("0:0", "core", ("cpu",)),
-        RaplZone("0:1", "uncore", ("gpu",)),
-        RaplZone("1", "psys", ("cpu", "gpu", "static", "board")),
-    ),
-    cpus=tuple(
-        CpuPolicy(n, (n,), 700000, 3400000, (), 2.6, "intel_pstate", ("performance", "powersave"), "powersave")
-        for n in range(4)
-    ),
-    thermal=Thermal(ambient_c=25.0, r_th=5.8, tau_s=35.0, static_w=2.3, leakage_per_c=0.004, board_w=3.5),
-)  # fmt: skip
-
-X86_AMD = Profile(
-    name="x86-amd",
-    cpuinfo=_x86_cpuinfo("AuthenticAMD", "AMD Ryzen Embedded V2516 with Radeon Graphics", 8),
-    dmi={"sys_vendor": "Advantech", "product_name": "AIMB-229", "board_vendor": "Advantech",
-         "board_name": "AIMB-229"},
-    zones=(Zone("acpitz", 0.6, 2.0, hwmon_mirror=True, resolution_mc=100),),
-    hwmon_chips=(
-        # Only Tctl (no Tdie) on this part, so Tctl governs; Tccd1 is reported.
-        HwmonChip("k10temp", "sys/devices/pci0000:00/0000:00:18.3",
-                  (HwmonChannel(1, "Tctl", 1.0), HwmonChannel(3, "Tccd1", 0.96)), resolution_mc=125),
-    ),
-    rapl=(RaplZone("0", "package-0", ("cpu", "static")), RaplZone("0:0", "core", ("cpu",))),
-    rapl_max_energy_uj=65_532_610_987,
-    cpus=tuple(
-        CpuPolicy(n, (n,), 1400000, 2100000, (1400000, 1700000, 2100000), 1.9, "acpi-cpufreq",
-                  ("conservative", "ondemand", "userspace", "powersave", "performance", "schedutil"),
-                  table_descending=True)
-        for n in range(8)
-    ),
-    thermal=Thermal(ambient_c=25.0, r_th=4.3, tau_s=35.0, static_w=2.4, leakage_per_c=0.004, board_w=4.0),
-)  # fmt: skip
-
-PROFILES = {
-    profile.name: profile
-    for profile in (JETSON_ORIN_NANO, JETSON_AGX_ORIN, JETSON_NANO_JP4, RK3588, X86_INTEL, X86_AMD)
-}
+ARM_PROFILES = (JETSON_ORIN_NANO, JETSON_AGX_ORIN, JETSON_NANO_JP4, RK3588)

@@ -22,8 +22,10 @@ from mcpd.sim import plant
 from mcpd.sim.energy_model import Jiffies
 from mcpd.sim.faults import CoolingFault, Fault, ambient_shift, resistance_factor
 from mcpd.sim.profiles import PART_NAMES, Profile
+from mcpd.sim.topology import Topology
 from mcpd.sim.tree import INA3221_UPDATE_S, BoardTree, Inputs
-from sensors.sysfs import parse_int, read_text
+from safefs import read_text
+from sensors.sysfs import parse_int
 
 log = logging.getLogger("mcpd.sim")
 
@@ -126,9 +128,14 @@ class Simulator:
         faults: Iterable[Fault | CoolingFault] = (),
         seed: int = 0,
         ambient_c: float | None = None,
+        topology: Topology | None = None,
     ) -> None:
+        """`topology` stands in for the profile's CPU topology (mcpd.sim.topology.host: this
+        machine's, so that a placement plan made on the board names CPUs this machine has)."""
         if speed <= 0:
             raise ValueError("speed must be positive")
+        if topology is not None:
+            profile = dataclasses.replace(profile, topology=topology)
         self.profile = profile
         self.root = Path(root)
         self.speed = speed
@@ -256,7 +263,8 @@ class Simulator:
         if self._inputs is None:
             return
         for zone in self.profile.rapl:
-            joules = sum(self._inputs.part_w[part] for part in zone.parts) * wall_dt
+            watts = zone.share * sum(self._inputs.part_w[part] for part in zone.parts)
+            joules = watts * wall_dt
             energy = self.energy_uj[zone.zone_id] + round(joules * 1e6)
             self.energy_uj[zone.zone_id] = energy % self.profile.rapl_max_energy_uj
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcpd.sim import energy_model
+from mcpd.sim import energy_model, topology
 from mcpd.sim.profiles import CpuPolicy, Devfreq, HwmonChip, Profile, Rail, Zone
 
 _ZONE_POLICIES = "power_allocator user_space step_wise\n"
@@ -185,6 +185,8 @@ class BoardTree:
             self._rapl()
         for policy in profile.cpus:
             self._cpufreq(policy)
+        cpus = profile.topology or topology.uniform(profile.cpu_numbers, capacity=False)
+        topology.write(self, cpus)
         for device in profile.devfreqs:
             self._devfreq(device)
 

@@ -1,7 +1,9 @@
 """Telemetry and event messages as compact JSON (the schema is in the README; keep it stable).
 
 A telemetry message is the daemon's status document plus what only the publisher knows: the
-message's `seq`, the request rate since the previous message, and the spool's fill and losses.
+message's `seq`, the request rate since the previous message, and the spool's fill and losses;
+less the placement plan, which changes only with the configuration and would add a third to every
+message a fleet carries (it is in the status and `mcpctl status`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from mcpd.status import StatusDocument
 
 SCHEMA = 1
 """Bumped only for a change that breaks a reader; new keys do not bump it."""
+NOT_SENT = ("placement",)
+"""Status keys that stay on the board."""
 
 
 def _finite(value: Any) -> Any:
@@ -48,7 +52,8 @@ def telemetry(
 ) -> bytes:
     head = {"schema": SCHEMA, "device_id": device, "seq": seq, "ts": status["ts"]}
     tail = {"requests_per_s": requests_per_s, "spool": {"queued": queued, "dropped": dropped}}
-    return dumps({**head, **status, **tail})
+    sent = {key: value for key, value in status.items() if key not in NOT_SENT}
+    return dumps({**head, **sent, **tail})
 
 
 def event(event: Event, *, device: str) -> bytes:

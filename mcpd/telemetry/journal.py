@@ -16,7 +16,7 @@ whole. A damaged file is set aside as `<name>.corrupt` (one, the newest) for a p
 and a fresh file is written; a file that is not a regular file (a FIFO, a symlink, a device) is
 never read, so it cannot block the publisher. Appends are one `write()` per batch and reach the
 page cache at once, so a daemon crash loses nothing; `fsync` is the caller's choice (see Spool).
-Rewrites are atomic (mcpd.safefs: a fresh O_EXCL temporary, so nothing planted is written through,
+Rewrites are atomic (safefs: a fresh O_EXCL temporary, so nothing planted is written through,
 fsync, rename, fsync of the folder).
 """
 
@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mcpd import events, safefs
-from sensors.sysfs import open_regular
+import safefs
+from mcpd import events
+from safefs import open_regular
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -242,7 +243,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def replace_atomically(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all (mcpd.safefs: a fresh O_EXCL name renamed over it, so a
+    """Write `path` whole or not at all (safefs: a fresh O_EXCL name renamed over it, so a
     file or link planted in the folder is never written through)."""
     folder = safefs.open_folder(path.parent)
     try:

@@ -5,7 +5,8 @@ is connected; paho's callbacks run inside that thread's `loop_read`/`loop_write`
 blocking part of connecting (TCP, TLS handshake: up to CONNECT_TIMEOUT_S) runs in a short-lived
 thread, so that sampling and spooling go on meanwhile. Retries back off (mcpd.backoff) from 1 s,
 doubling up to `reconnect_max_s`, each delay drawn from its upper half so that a fleet that lost its
-broker at the same moment does not come back at the same moment.
+broker at the same moment does not come back at the same moment. Each attempt, the first and every
+one after a failure or a loss, goes to the next broker of the board's own order (mcpd.brokers).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import paho.mqtt.client as paho
 from paho.mqtt.reasoncodes import ReasonCode
 
 from mcpd.backoff import Backoff
+from mcpd.brokers import Broker, order
 from mcpd.config import MqttSection
 from mcpd.telemetry import mqtt_client
 from mcpd.telemetry.topics import Topics
+from sensors.episodes import Repeats
 
 log = logging.getLogger("mcpd.telemetry")
 
@@ -89,9 +92,14 @@ class Link:
         )
         self._handshake_until = self._next_misc = now
         self._refusal = ""
-        self._last_warning = ("", -WARN_EVERY_S)
+        # Only the last line is remembered (limit 1): another failure is warned at once.
+        self._warnings: Repeats[str] = Repeats(WARN_EVERY_S, limit=1)
         self._now = now
         self._spooled = 0
+        self._brokers = order(mqtt.addresses(), topics.device)
+        self._turn = 0
+        self.broker: Broker = self._brokers[0]
+        """The broker of the attempt under way or of the connection (the next one when idle)."""
 
     @property
     def connected(self) -> bool:
@@ -99,7 +107,7 @@ class Link:
 
     @property
     def address(self) -> str:
-        return f"{self.mqtt.host}:{self.mqtt.port}"
+        return str(self.broker)
 
     def step(self, now: float, spooled: int) -> float:
         """Move the connection on; returns when it next needs a step."""
@@ -166,6 +174,8 @@ class Link:
     def _attempt(self) -> None:
         self._generation += 1
         self._refusal = ""
+        self.broker = self._brokers[self._turn % len(self._brokers)]
+        self._turn += 1
         try:
             client = mqtt_client.client(self.mqtt, self.topics)
         except mqtt_client.ConnectError as exc:
@@ -177,14 +187,16 @@ class Link:
         client.on_message = self._on_message
         self.state = "connecting"
         self._connector = threading.Thread(
-            target=self._connect, args=(client, self._generation), name="mcpd-mqtt-connect"
+            target=self._connect,
+            args=(client, self.broker, self._generation),
+            name="mcpd-mqtt-connect",
         )
         self._connector.daemon = True
         self._connector.start()
 
-    def _connect(self, client: paho.Client, generation: int) -> None:
+    def _connect(self, client: paho.Client, broker: Broker, generation: int) -> None:
         try:
-            mqtt_client.connect(client, self.mqtt)
+            mqtt_client.connect(client, self.mqtt, broker)
         except mqtt_client.ConnectError as exc:
             self._results.put((generation, None, str(exc)))
         except Exception as exc:  # a paho surprise must not end the retries
@@ -202,11 +214,14 @@ class Link:
     def _failed(self, why: str) -> None:
         delay = self._retry_later()
         line = f"MQTT broker {self.address}: {why}"
-        last_line, last_at = self._last_warning
-        level = logging.DEBUG
-        if line != last_line or self._now - last_at >= WARN_EVERY_S:
-            level, self._last_warning = logging.WARNING, (line, self._now)
-        log.log(level, "%s; retrying in %.1f s (%d messages spooled)", line, delay, self._spooled)
+        quiet = self._warnings.say(line, self._now) is None
+        log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "%s; retrying in %.1f s (%d messages spooled)",
+            line,
+            delay,
+            self._spooled,
+        )
 
     def _drop(self) -> None:
         client, self.client, self.state = self.client, None, "idle"
@@ -224,7 +239,7 @@ class Link:
             return  # paho closes the socket and calls on_disconnect
         self.state = "connected"
         self._backoff.succeeded(self._now)
-        self._last_warning = ("", -WARN_EVERY_S)
+        self._warnings.forget()
         log.info(
             "connected to MQTT broker %s as %s (MQTT %s); %d messages to deliver",
             self.address,

@@ -18,9 +18,10 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from mcpd.brokers import Broker
 from mcpd.config import MqttSection
 from mcpd.telemetry.topics import Topics
-from sensors.sysfs import open_regular
+from safefs import open_regular
 
 WINDOW = 20
 """Messages in flight at once (paho's and mosquitto's default Receive Maximum)."""
@@ -113,13 +114,15 @@ def _tls_context(mqtt: MqttSection) -> ssl.SSLContext:
     return context
 
 
-def connect(client: paho.Client, mqtt: MqttSection) -> None:
-    """Open the socket and send CONNECT (blocking, up to CONNECT_TIMEOUT_S); CONNACK comes later."""
+def connect(client: paho.Client, mqtt: MqttSection, broker: Broker) -> None:
+    """Open the socket to `broker` and send CONNECT (blocking, up to CONNECT_TIMEOUT_S); CONNACK
+    comes later. With TLS, paho checks the certificate against the host given here
+    (server_hostname), so each broker of a list is checked against its own name."""
     try:
         if mqtt.protocol == "5":
-            client.connect(mqtt.host, mqtt.port, mqtt.keepalive_s, clean_start=True)
+            client.connect(broker.host, broker.port, mqtt.keepalive_s, clean_start=True)
         else:
-            client.connect(mqtt.host, mqtt.port, mqtt.keepalive_s)
+            client.connect(broker.host, broker.port, mqtt.keepalive_s)
         sock = client.socket()
         if isinstance(sock, socket.socket) and sock.family != socket.AF_UNIX:
             # Telemetry is a trickle of small messages: send each at once rather than wait for
@@ -132,7 +135,7 @@ def connect(client: paho.Client, mqtt: MqttSection) -> None:
     except ssl.SSLError as exc:
         raise ConnectError(f"TLS handshake failed ({exc.reason or exc})") from None
     except socket.gaierror as exc:
-        raise ConnectError(f"cannot resolve {mqtt.host!r} ({exc.strerror})") from None
+        raise ConnectError(f"cannot resolve {broker.host!r} ({exc.strerror})") from None
     except TimeoutError:
         raise ConnectError(f"no answer within {CONNECT_TIMEOUT_S:g} s") from None
     except OSError as exc:
@@ -146,9 +149,12 @@ def refusal(reason: ReasonCode) -> str:
     return f"{name} ({hint})" if hint else name
 
 
-def publish_properties(expiry_s: int | None) -> Properties:
+def publish_properties(
+    expiry_s: int | None, content_type: str | None = "application/json"
+) -> Properties:
     properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    properties.ContentType = "application/json"
+    if content_type is not None:
+        properties.ContentType = content_type
     if expiry_s:
         properties.MessageExpiryInterval = expiry_s
     return properties

@@ -26,9 +26,10 @@ import paho.mqtt.client as paho
 
 from mcpd.config import MqttSection
 from mcpd.events import Event
-from mcpd.status import StatusDocument
+from mcpd.status import MqttDoc, StatusDocument
 from mcpd.telemetry import commands, encoder, homeassistant, inbound, mqtt_client
 from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
+from mcpd.telemetry.liveness import Liveness
 from mcpd.telemetry.spool import Spool
 from mcpd.telemetry.topics import Topics
 from sensors.episodes import Repeats
@@ -55,6 +56,7 @@ class Publisher:
         status: StatusSource,
         run_command: commands.Runner | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.mqtt = mqtt
         self.topics = Topics(mqtt.topic_prefix, device)
@@ -77,8 +79,7 @@ class Publisher:
         self._rate = encoder.RequestRate()
         self._last_status: StatusDocument | None = None
         self._discovered = homeassistant.Published()
-        self._offline_mid: int | None = None
-        self._offline_acked = False
+        self._liveness = Liveness(self.topics, mqtt, wall)
         self._spool: Spool
         self._link: Link
         self._next_tick = 0.0
@@ -86,6 +87,11 @@ class Publisher:
         self._properties()
 
     # -- any thread ------------------------------------------------------------------------------
+
+    @property
+    def connection(self) -> MqttDoc:
+        """Which broker the board is on and since when, for the status document."""
+        return self._liveness.connection
 
     def start(self) -> None:
         self._thread.start()
@@ -148,10 +154,15 @@ class Publisher:
                 self._next_tick = now + period
         link_due = self._link.step(now, len(self._spool))
         self._take_facts()
+        if self._link.connected and now >= self._liveness.next_at:
+            self._liveness.online(self._send, now)
         self._pump()
         self._spool.persist(self._cursor)
         now = self._clock()
-        self._wait(min(self._next_tick, link_due, self._inbound.due(now)) - now)
+        due = min(self._next_tick, link_due, self._inbound.due(now))
+        if self._link.connected:
+            due = min(due, self._liveness.next_at)
+        self._wait(due - now)
 
     def _wait(self, timeout: float) -> None:
         if self._link.wait(max(0.0, timeout), self._wake_r):
@@ -219,6 +230,7 @@ class Publisher:
             if isinstance(fact, Connected):
                 self._connected()
             elif isinstance(fact, Lost):
+                self._liveness.lost()
                 self._cursor = 0
                 self._inflight.clear()
                 self._inbound.lost()
@@ -232,7 +244,7 @@ class Publisher:
     def _connected(self) -> None:
         self._cursor = 0
         self._inflight.clear()
-        self._send(self.topics.status, b"online", retain=True)
+        self._liveness.connected(self._link.address, self._send, self._clock())
         self._inbound.connected()
         self._listen()
         self._discover(force=True)
@@ -244,8 +256,7 @@ class Publisher:
 
     def _acked(self, fact: Acked) -> None:
         self._inbound.acked(fact.mid)
-        if fact.mid == self._offline_mid:
-            self._offline_acked = not fact.reason.is_failure
+        self._liveness.acked(fact.mid, fact.reason)
         ident = self._inflight.pop(fact.mid, None)
         if ident is None:
             return
@@ -286,6 +297,7 @@ class Publisher:
         self.mqtt = self._link.mqtt = mqtt
         self._spool.resize(mqtt.spool_messages)
         self._properties()
+        self._liveness.configure(mqtt, self._clock())
         self._next_tick = min(self._next_tick, self._clock() + mqtt.telemetry_ms / 1000)
         self._listen()
         self._discover()
@@ -303,12 +315,14 @@ class Publisher:
             self._pump()
             self._wait(min(0.1, until - self._clock()))
         if self._link.connected:
-            self._offline_mid = self._send(self.topics.status, b"offline", retain=True)
+            self._liveness.offline(self._send)
             until = self._clock() + OFFLINE_ACK_S
-            while self._link.connected and not self._offline_acked and self._clock() < until:
+            while (
+                self._link.connected and not self._liveness.offline_acked and self._clock() < until
+            ):
                 self._wait(min(0.1, until - self._clock()))
         # If our own `offline` did not make it, MQTT 5 lets us ask the broker for the Will.
-        self._link.close(with_will=not self._offline_acked)
+        self._link.close(with_will=not self._liveness.offline_acked)
         self._spool.close()
         log.info("telemetry stopped; %d messages left in the spool", len(self._spool))
 

@@ -13,7 +13,7 @@ import os
 import zlib
 from pathlib import Path
 
-from mcpd import safefs
+import safefs
 from mcpd.telemetry import journal
 
 log = logging.getLogger("mcpd.telemetry")

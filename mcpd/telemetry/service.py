@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mcpd.config import Config, MqttSection
 from mcpd.events import Event, EventBus
-from mcpd.status import StatusDocument
+from mcpd.status import MqttDoc, StatusDocument
 from mcpd.telemetry import commands
 from mcpd.telemetry.publisher import Publisher
 from mcpd.telemetry.topics import MACHINE_ID, device_id
@@ -31,6 +31,7 @@ LIVE = frozenset(
         "message_expiry_s",
         "reconnect_max_s",
         "homeassistant_discovery",
+        "heartbeat_s",
     }
 )
 """[mqtt] keys a reload applies to the running connection; any other change reconnects."""
@@ -58,6 +59,13 @@ class TelemetryService:
     def publisher(self) -> Publisher | None:
         return self._publisher
 
+    def info(self) -> MqttDoc | None:
+        """The status document's `mqtt`: which broker the board is on and since when."""
+        publisher = self._publisher
+        if publisher is None:
+            return None if not self.config.mqtt.enabled else {"broker": None, "since": None}
+        return publisher.connection
+
     def _on_event(self, event: Event) -> None:
         publisher = self._publisher
         if publisher is not None:
@@ -78,9 +86,8 @@ class TelemetryService:
         publisher.start()
         self._publisher = publisher
         log.info(
-            "MQTT telemetry to %s:%d every %d ms on %s/…",
-            mqtt.host,
-            mqtt.port,
+            "MQTT telemetry to %s every %d ms on %s/…",
+            ", ".join(map(str, mqtt.addresses())),
             mqtt.telemetry_ms,
             publisher.topics.base,
         )

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sensors.sysfs import read_text
+from safefs import read_text
 
 MACHINE_ID = Path("/etc/machine-id")
 _APP_KEY = b"mcpd telemetry device id v1"

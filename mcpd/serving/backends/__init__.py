@@ -15,6 +15,8 @@ from typing import Protocol
 import numpy as np
 
 from mcpd.config import EXTENSIONS, ModelSection
+from mcpd.placement import affinity
+from mcpd.placement.plan import UNPLACED, ModelPlacement
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec
 
@@ -60,13 +62,16 @@ def kind_of(model: ModelSection) -> str:
     return kind
 
 
-def load(model: ModelSection) -> Backend:
-    """Blocking (seconds for a big model): call it from a worker thread, never the event loop."""
+def load(model: ModelSection, placement: ModelPlacement = UNPLACED) -> Backend:
+    """Blocking (seconds for a big model): call it from a worker thread, never the event loop.
+    The loading thread runs on the model's CPUs meanwhile, so that the threads the runtime
+    starts there begin on them (and OpenVINO, which maps the CPUs it may use, finds them)."""
     kind = kind_of(model)
     if not Path(model.path).is_file():
         raise LoadError(f"model file {model.path} does not exist")
     module = importlib.import_module(MODULES[kind])
-    backend: Backend = module.open_model(model)
+    with affinity.pinned(placement.allowed, f"model {model.name}'s load"):
+        backend: Backend = module.open_model(model, placement)
     return backend
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from mcpd.config import ModelSection, OnnxRuntimeOptions
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving.backends import fixed_batch, served_datatype
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec
@@ -131,11 +132,19 @@ def _specs(args: Sequence[Any]) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+def thread_affinities(thread_cpus: Sequence[int]) -> str:
+    """onnxruntime's `session.intra_op_thread_affinities` for threads on `thread_cpus`: one entry
+    per intra-op thread but the first, which is the caller's own (onnxruntime pins none of it and
+    wants intra_op_num_threads - 1 entries), each a processor id counted from 1
+    (onnxruntime/core/util/thread_utils.cc: "Processor id must start from 1")."""
+    return ";".join(str(cpu + 1) for cpu in thread_cpus[1:])
+
+
 class OnnxBackend:
     kind = "onnxruntime"
     platform = "onnxruntime_onnx"
 
-    def __init__(self, model: ModelSection) -> None:
+    def __init__(self, model: ModelSection, placement: ModelPlacement) -> None:
         self.name = model.name
         options = model.onnxruntime
         available = available_providers()
@@ -156,7 +165,9 @@ class OnnxBackend:
                 path, level = options.optimized_model_path, "disable"
             else:
                 cache = options.optimized_model_path
-        self._session_obj = self._session(path, level, options.intra_op_threads, cache, providers)
+        threads = len(placement.thread_cpus) or options.intra_op_threads
+        affinities = thread_affinities(placement.thread_cpus)
+        self._session_obj = self._session(path, level, threads, cache, providers, affinities)
         used = self._session_obj.get_providers()
         wanted = providers[0][0]
         if wanted not in used:
@@ -178,13 +189,20 @@ class OnnxBackend:
 
     @staticmethod
     def _session(
-        path: str, level: str, threads: int, cache: str, providers: list[Provider]
+        path: str,
+        level: str,
+        threads: int,
+        cache: str,
+        providers: list[Provider],
+        affinities: str = "",
     ) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.graph_optimization_level = LEVELS[level]
         options.log_severity_level = 3  # errors only: onnxruntime's warnings are not actionable
         if threads:
             options.intra_op_num_threads = threads
+        if affinities:
+            options.add_session_config_entry("session.intra_op_thread_affinities", affinities)
         if cache:
             options.optimized_model_filepath = cache
         try:
@@ -207,5 +225,5 @@ def _fresh(cache: str, source: str) -> bool:
         return False
 
 
-def open_model(model: ModelSection) -> OnnxBackend:
-    return OnnxBackend(model)
+def open_model(model: ModelSection, placement: ModelPlacement) -> OnnxBackend:
+    return OnnxBackend(model, placement)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mcpd.config import ModelSection, OpenVinoOptions
+from mcpd.placement.plan import UNPLACED, ModelPlacement
 from mcpd.serving.backends import fixed_batch, served_datatype
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec
@@ -50,6 +51,8 @@ OV_TYPES = {
 }
 """OpenVINO element types (Type.get_type_name) as the protocol's datatypes. Not from
 Type.to_dtype(), which gives float16 for bf16 and uint8 for u4."""
+SCHEDULING_CORE_TYPES = {"core": "PCORE_ONLY", "atom": "ECORE_ONLY"}
+"""ov::hint::scheduling_core_type for a model placed on one kind of an Intel hybrid part's cores."""
 PRECISION_KEY = ["mcpd", "inference_precision"]
 """Where store_precision keeps an IR's inference precision in its rt_info."""
 
@@ -65,7 +68,13 @@ def runtime() -> Any:
     return openvino
 
 
-def compile_options(device: str, precision: str, threads: int, streams: int = 1) -> dict[str, str]:
+def compile_options(
+    device: str,
+    precision: str,
+    threads: int,
+    streams: int = 1,
+    placement: ModelPlacement = UNPLACED,
+) -> dict[str, str]:
     """OpenVINO's compile properties for a model served with these settings (docs/openvino.md §2).
 
     Serving runs one batch at a time per model (mcpd.serving.worker), so one stream with every
@@ -73,10 +82,22 @@ def compile_options(device: str, precision: str, threads: int, streams: int = 1)
     More streams (the THROUGHPUT hint) pay only with as many requests in flight: `mcpd bench`
     measures them. `threads` is the whole model's (INFERENCE_NUM_THREADS, shared by its streams);
     0 and "auto" leave OpenVINO's choice. Threads and streams are CPU properties, not set elsewhere.
+    A placed model (the placement plan) has a thread per placed CPU, on SMT siblings only where
+    the plan put threads on them, on the plan's kind of hybrid core, and OpenVINO's own pinning
+    off: with it on, the first inference set the calling thread's CPUs to every CPU of the
+    process (measured here: a worker on CPU 1 ran on 0-1 after it, and the inference ran on that
+    thread), while off, OpenVINO's threads stay within the CPUs of the threads that load and run
+    the model, which the plan sets (docs/openvino.md §2).
     """
     options = {"PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT"}
     if device == "CPU":
         options["NUM_STREAMS"] = str(streams)
+        if placement.thread_cpus:
+            threads = len(placement.thread_cpus)
+            options["ENABLE_CPU_PINNING"] = "NO"
+            options["ENABLE_HYPER_THREADING"] = "YES" if placement.smt else "NO"
+            if placement.core_type is not None:
+                options["SCHEDULING_CORE_TYPE"] = SCHEDULING_CORE_TYPES[placement.core_type]
         if threads:
             options["INFERENCE_NUM_THREADS"] = str(threads)
     if precision != "auto":
@@ -95,7 +116,12 @@ def stored_precision(model: Any) -> str | None:
     )
 
 
-def open_compiled(path: str | Path, options: OpenVinoOptions, streams: int = 1) -> Any:
+def open_compiled(
+    path: str | Path,
+    options: OpenVinoOptions,
+    streams: int = 1,
+    placement: ModelPlacement = UNPLACED,
+) -> Any:
     """The model file compiled as mcpd serves it: a CompiledModel. Blocking (seconds for a big
     model)."""
     ov = runtime()
@@ -105,7 +131,7 @@ def open_compiled(path: str | Path, options: OpenVinoOptions, streams: int = 1) 
         precision: str = options.precision
         if precision == "auto":
             precision = stored_precision(model) or "auto"
-        settings = compile_options(options.device, precision, options.threads, streams)
+        settings = compile_options(options.device, precision, options.threads, streams, placement)
         return core.compile_model(model, options.device, settings)
     except RuntimeError as exc:  # OpenVINO raises RuntimeError subclasses for every failure
         weights = Path(path).with_suffix(".bin")  # an IR's, which OpenVINO's message leaves out
@@ -175,9 +201,9 @@ class OpenVinoBackend:
     kind = "openvino"
     warnings: tuple[str, ...] = ()
 
-    def __init__(self, model: ModelSection) -> None:
+    def __init__(self, model: ModelSection, placement: ModelPlacement) -> None:
         self.platform = "openvino_ir" if model.suffix == ".xml" else "openvino_onnx"
-        self._compiled = open_compiled(model.path, model.openvino)
+        self._compiled = open_compiled(model.path, model.openvino, placement=placement)
         self.inputs = _specs(self._compiled.inputs)
         self.outputs = _specs(self._compiled.outputs)
         self.fixed_batch = fixed_batch(self.inputs, self.outputs)
@@ -220,5 +246,5 @@ class OpenVinoBackend:
         del self._compiled
 
 
-def open_model(model: ModelSection) -> OpenVinoBackend:
-    return OpenVinoBackend(model)
+def open_model(model: ModelSection, placement: ModelPlacement) -> OpenVinoBackend:
+    return OpenVinoBackend(model, placement)

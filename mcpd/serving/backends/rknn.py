@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mcpd.config import ModelSection
+from mcpd.placement.plan import ModelPlacement
 from mcpd.serving.backends import fixed_batch
 from mcpd.serving.errors import LoadError
 from mcpd.serving.tensors import TensorSpec, datatype_of
@@ -93,5 +94,7 @@ class RknnBackend:
             self._lite.release()
 
 
-def open_model(model: ModelSection) -> RknnBackend:
+def open_model(model: ModelSection, placement: ModelPlacement) -> RknnBackend:
+    """The NPU runs the model: of the placement only the worker thread's CPU applies (the
+    worker pins itself), which waits for the NPU and copies tensors."""
     return RknnBackend(model)

@@ -1,4 +1,13 @@
-"""Files that nobody with write access to their folder can redirect.
+"""Files that are what mcpd expects, however hostile what is found in their place.
+
+The one home of mcpd's file safety, for the daemon (`mcpd`) and the sensor adapters (`sensors`)
+alike: a top-level package that imports neither, because sensor adapters may not import the daemon
+(pyproject.toml's layer contracts) and the daemon should not read its own files through a sensor
+adapter.
+
+Every file mcpd reads is opened non-blocking (a FIFO in a sensor's or a config file's place would
+otherwise hang open() for good) and refused unless it is a regular file (a FIFO, a device such as
+/dev/zero, a socket, a folder): `open_regular`.
 
 mcpd's state and runtime folders (/var/lib/mcpd, /run/mcpd) belong to the unprivileged `mcpd` user,
 yet `mcpd restore` runs in them as root (systemd's ExecStopPost=+). Anything found there may have
@@ -26,9 +35,11 @@ import secrets
 import stat
 from pathlib import Path
 
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
+
+PAGE_SIZE = 4096
+"""What `read_text` reads: one page, as the kernel serves a sysfs or procfs file."""
 
 JSON_DEPTH = 32
 """Deeper than any document mcpd writes (the deepest, a baseline or learned peaks, is 4)."""
@@ -38,8 +49,58 @@ class UnsafeFileError(OSError):
     """A path that is not what mcpd writes there: a symlink, a FIFO, a folder, an oversized file."""
 
 
+class NotAFile(OSError):
+    """Something other than a regular file where one was expected (FIFO, device, socket,
+    directory), or a sysfs attribute longer than any attribute is."""
+
+
 class CorruptFileError(ValueError):
     """A regular file that is not what mcpd writes in it: not UTF-8 JSON, or nested too deep."""
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for error messages."""
+    kinds = {
+        stat.S_IFDIR: "a directory",
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+    }
+    return kinds.get(stat.S_IFMT(mode), "not a plain file")
+
+
+def open_regular(
+    path: str | Path,
+    *,
+    follow_symlinks: bool = True,
+    access: int = os.O_RDONLY,
+    dir_fd: int | None = None,
+) -> int:
+    """A descriptor for a regular file (by default for reading), opened without ever blocking:
+    O_NONBLOCK makes open() of a FIFO return at once (or fail with ENXIO for writing), and
+    anything but a regular file raises NotAFile. The one way mcpd opens the files it reads
+    (sensors, config, spool, verdicts, state files) and the spool it appends to."""
+    flags = access | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags if follow_symlinks else flags | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAFile(f"not a regular file ({file_kind(mode)})")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_text(path: str | Path) -> str:
+    """The first page of a regular file, as text: a sysfs or procfs value, or a small file such as
+    /etc/machine-id. Raises OSError (NotAFile for anything but a regular file)."""
+    fd = open_regular(path)
+    try:
+        return os.read(fd, PAGE_SIZE).decode("ascii", errors="replace")
+    finally:
+        os.close(fd)
 
 
 def open_folder(path: str | Path, *, create: bool = False, mode: int = 0o750) -> int:
@@ -60,17 +121,17 @@ def read_file(folder: int, name: str, limit: int) -> bytes | None:
     UnsafeFileError for anything else at that name (or a file over `limit` bytes), OSError when
     it cannot be read."""
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=folder)
+        fd = open_regular(name, follow_symlinks=False, dir_fd=folder)
     except FileNotFoundError:
         return None
+    except NotAFile:
+        raise UnsafeFileError(errno.EINVAL, "not a regular file, refused", name) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafeFileError(exc.errno, "a symlink, refused", name) from None
         raise
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafeFileError(errno.EINVAL, "not a regular file, refused", name)
         if info.st_size > limit:
             raise UnsafeFileError(errno.EFBIG, f"over {limit} bytes, refused", name)
         chunks, left = [], limit + 1
