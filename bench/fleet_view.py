@@ -9,7 +9,7 @@ cores a reader needs to follow N boards at 1 Hz, and the bytes it receives per s
 
 Store: a VictoriaMetrics (the Debian package, as the tests start it) filled through its import API
 with N boards' series as `mcpctl ingest` writes them (tests/fleet_series.py), then one refresh of
-`mcpctl fleet --from` timed as it runs: the six queries (mcpd/ctl/fleet_store.py), the view and
+`mcpctl fleet --from` timed as it runs: its queries (mcpd/ctl/fleet_store.py), the view and
 its rows, for every board and for the 50 hottest (`--top 50`: the store picks them with topk);
 the median of --repeat refreshes, wall clock (the store answers in another process), with the
 process's own CPU time beside it. Both in one run, on one machine, so their ratio holds

@@ -27,7 +27,7 @@ from mcpd.governor.domains import FrequencyDomain
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.governor.power_map import PowerMapStore
-from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
+from mcpd.sim import MEMORY_DIR, PROFILES, CoolingFault, LoadSchedule, Simulator
 from sensors import SensorSet
 from sensors.discovery import PowerOptions
 from tests.support.clock import FakeClock
@@ -68,10 +68,10 @@ class Case:
             "load-step": LoadSchedule("step", half),
         }[self.scenario]
 
-    def ambient(self) -> Ambient:
+    def faults(self) -> list[CoolingFault]:
         if self.scenario == "ambient-step":
-            return Ambient(self.ambient_c, AMBIENT_STEP_C, self.minutes * 30)
-        return Ambient(self.ambient_c)
+            return [CoolingFault("ambient", AMBIENT_STEP_C, self.minutes * 30)]
+        return []
 
 
 POWER_COEFFICIENTS = {"fdab0000.npu": 3600.0}
@@ -127,7 +127,8 @@ def run(
             Path(folder) / "board",
             load=case.load(),
             seed=case.seed,
-            ambient=case.ambient(),
+            ambient_c=case.ambient_c,
+            faults=case.faults(),
         )
         sim.build()
         clock = FakeClock()

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.quality import POWER_COEFFICIENTS
 from mcpd.governor import domains
 from mcpd.governor.thermal_forecast import ThrottleForecast
-from mcpd.sim import MEMORY_DIR, PROFILES, Ambient, LoadSchedule, Simulator
+from mcpd.sim import MEMORY_DIR, PROFILES, LoadSchedule, Simulator
 from sensors import SensorSet
 from sensors.discovery import PowerOptions
 
@@ -50,7 +50,7 @@ def run(profile: str, fraction: float, ambient: float) -> dict[str, object]:
             PROFILES[profile],
             Path(folder) / "board",
             load=LoadSchedule("sustained"),
-            ambient=Ambient(ambient),
+            ambient_c=ambient,
         )
         sim.build()
         for domain in domains.discover(sim.root):

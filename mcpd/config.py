@@ -151,6 +151,16 @@ class DomainSection:
             raise ValueError("min_mhz must be below max_mhz")
 
 
+@dataclass(frozen=True)
+class CoolingSection:
+    """[cooling]: the cooling's health (mcpd.governor.cooling_health): the drift of the thermal
+    resistance from the board's baseline that warns once it has lasted `sustained_s`."""
+
+    enabled: bool = True
+    drift_warning: Annotated[float, Check(gt=1.0, le=4.0)] = 1.25
+    sustained_s: Annotated[int, Check(ge=0, le=30 * 86400)] = 7200
+
+
 PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 """A governor profile's name, in the config and in the MQTT `profile` command."""
 ProfileName = Annotated[str, Check(pattern=PROFILE_NAME_PATTERN)]
@@ -411,6 +421,7 @@ class Config:
     sampling: SamplingSection = SamplingSection()
     sensors: SensorsSection = SensorsSection()
     governor: GovernorSection = field(default_factory=GovernorSection)
+    cooling: CoolingSection = CoolingSection()
     models: tuple[ModelSection, ...] = ()
     mqtt: MqttSection = MqttSection()
     serving: ServingSection = ServingSection()

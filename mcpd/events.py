@@ -15,7 +15,7 @@ from typing import Any
 
 log = logging.getLogger("mcpd.events")
 
-KINDS = ("governor", "fault", "model", "daemon", "competitor")
+KINDS = ("governor", "fault", "model", "daemon", "competitor", "cooling")
 """The kinds of event mcpd makes. Append only: the telemetry spool's files number them."""
 
 

@@ -18,12 +18,38 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal, NamedTuple, get_args
 
 from mcpd.snapshot import LATENCY_BUCKETS_S, ModelStats
-from mcpd.status import GovernorState
+from mcpd.status import CoolingState, GovernorState
 
 PREFIX = "mcpd_"
 GOVERNOR_STATES: tuple[str, ...] = get_args(GovernorState)
 """Every state the governor reports: each is a series of mcpd_governor_state, 1 for the one in
 force, so a state that is not in force reads 0, not absent."""
+COOLING_STATES: tuple[str, ...] = get_args(CoolingState)
+COOLING_GAUGES = (
+    (
+        "thermal_resistance_celsius_per_watt",
+        "thermal_resistance_c_per_w",
+        "celsius_per_watt",
+        "Thermal resistance from the governing sensor to the air, fitted to the board's own "
+        "readings.",
+    ),
+    (
+        "thermal_resistance_baseline_celsius_per_watt",
+        "baseline_c_per_w",
+        "celsius_per_watt",
+        "The board's thermal resistance as first learned (its baseline).",
+    ),
+    (
+        "cooling_drift_ratio",
+        "drift_ratio",
+        "ratio",
+        "Thermal resistance over its baseline: 1.25 is 25 % worse cooling.",
+    ),
+    ("thermal_time_constant_seconds", "time_constant_s", "seconds", "The board's time constant."),
+    ("cooling_confidence_ratio", "confidence", "ratio", "How well the last fits agree, 0 to 1."),
+)
+"""(name, the status's `cooling` key, unit, help) of each cooling gauge (README, "Cooling
+health")."""
 HERTZ_PER_MHZ = 1e6
 BACKEND_LABELS = ("backend", "provider", "device", "precision", "capabilities")
 """mcpd_model_backend_info's labels besides `model`, from the loaded backend's detail; empty
@@ -46,7 +72,7 @@ Row = tuple[tuple[str, ...], float]
 
 
 class Family(NamedTuple):
-    """A tuple rather than a dataclass: `mcpctl ingest` makes 27 for every telemetry message,
+    """A tuple rather than a dataclass: `mcpctl ingest` makes 33 for every telemetry message,
     and a frozen dataclass took 4 times as long to build."""
 
     name: str
@@ -102,6 +128,18 @@ def _info(
 ) -> Family:
     return Family(
         PREFIX + name, "info", help, "", tuple(labels), tuple((tuple(r), 1.0) for r in rows), keys
+    )
+
+
+def _states(name: str, whose: str, known: tuple[str, ...], state: object) -> Family:
+    """One series per state, 1 for the one in force: a state not in force reads 0, not absent."""
+    states = () if state is None else (*known, *{str(state)} - set(known))
+    return _gauge(
+        name,
+        f"1 for the {whose} state in force, 0 for the others.",
+        "",
+        ["state"],
+        [([s], int(s == state)) for s in states],
     )
 
 
@@ -188,16 +226,12 @@ def governor_families(document: Mapping[str, Any]) -> Iterator[Family]:
         [],
         [([], thermal.get("seconds_to_throttle"))],
     )
+    cooling = document.get("cooling", {})
+    for name, key, unit, help in COOLING_GAUGES:
+        yield _gauge(name, help, unit, [], [([], cooling.get(key))])
+    yield _states("cooling_state", "cooling's", COOLING_STATES, cooling.get("state"))
     governor = document.get("governor", {})
-    state = governor.get("state")
-    states = () if state is None else (*GOVERNOR_STATES, *{state} - set(GOVERNOR_STATES))
-    yield _gauge(
-        "governor_state",
-        "1 for the governor's state in force, 0 for the others.",
-        "",
-        ["state"],
-        [([s], int(s == state)) for s in states],
-    )
+    yield _states("governor_state", "governor's", GOVERNOR_STATES, governor.get("state"))
     if "policy" in governor:
         yield _info(
             "governor",

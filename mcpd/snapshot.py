@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # mcpd.status imports this module
-    from mcpd.status import GovernorState
+    from mcpd.status import CoolingState, GovernorState
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,27 @@ class LastAction:
 
 
 @dataclass(frozen=True)
+class CoolingStatus:
+    """The cooling's health as the status path last found it (mcpd/governor/cooling.py)."""
+
+    state: CoolingState = "off"
+    r_c_per_w: float | None = None
+    """The board's thermal resistance to ambient now (the median of the last windows), K/W."""
+    tau_s: float | None = None
+    intercept_c: float | None = None
+    confidence: float | None = None
+    baseline_c_per_w: float | None = None
+    drift_ratio: float | None = None
+    since: float | None = None
+    """Unix time the resistance went over the warning (rising, or the run that made it degraded)."""
+    updated: float | None = None
+    """Unix time of the end of the newest window used."""
+    windows: int = 0
+    rejected: int = 0
+    """Windows used and not used (mcpd.governor.cooling_fit.assess) since the daemon started."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     ts: float
     """Unix time of the newest sample."""
@@ -85,6 +106,8 @@ class Snapshot:
     energy_j: float | None = None
     """Board energy since the loop started (the governing power integrated); None without power."""
     """"meter", "estimate" (sensors/estimate.py) or None (no power known)."""
+    cooling: CoolingStatus = CoolingStatus()
+    """Filled in when the status document is made, off the control loop's thread."""
 
 
 LATENCY_BUCKETS_S = tuple(0.0001 * 2**k for k in range(14))

@@ -19,7 +19,7 @@ from typing import Literal, TypedDict
 from mcpd import __version__
 from mcpd.latency_doc import LatencyDoc, latency_doc
 from mcpd.percentiles import DurationSummary
-from mcpd.snapshot import ModelStats, Snapshot, WriteFailure
+from mcpd.snapshot import CoolingStatus, ModelStats, Snapshot, WriteFailure
 from safefs import read_text
 
 GovernorState = Literal[
@@ -35,6 +35,10 @@ GovernorState = Literal[
 """What the governor does (README, "The governor and the control loop"): `write-failing` while
 the kernel refuses a cap (nothing is lowered then), `fail-safe` while a governing signal is
 unknown, `ungoverned` with nothing to govern by or with."""
+CoolingState = Literal["off", "learning", "normal", "rising", "degraded"]
+"""The cooling's health (README, "Cooling health"): `learning` until the board has a baseline,
+`rising` while its thermal resistance is over the warning but not for long enough yet,
+`degraded` once it has been for `[cooling] sustained_s`, `off` when `[cooling] enabled` is false."""
 ServingState = Literal["stopped", "starting", "ready", "restarting"]
 """The serving process's (mcpd.governor.supervisor): `restarting` while a crash-loop delay is
 waited out."""
@@ -67,6 +71,25 @@ class ThermalDoc(TypedDict):
     headroom: float | None
     seconds_to_throttle: float | None
     """Forecast (mcpd/governor/thermal_forecast.py); None while cooling or not heading for the threshold."""
+
+
+class CoolingDoc(TypedDict):
+    state: CoolingState
+    thermal_resistance_c_per_w: float | None
+    """From the governing sensor to the air, fitted to the board's own readings (median of the
+    last three windows used); None before any."""
+    time_constant_s: float | None
+    intercept_c: float | None
+    """The governing temperature the fit gives at zero measured power: moves with the air."""
+    confidence: float | None
+    """0 to 1: how well the last windows agree, against the drift that would warn."""
+    baseline_c_per_w: float | None
+    drift_ratio: float | None
+    """thermal_resistance_c_per_w / baseline_c_per_w."""
+    since: float | None
+    updated: float | None
+    windows: int
+    rejected: int
 
 
 class LastActionDoc(TypedDict):
@@ -211,6 +234,7 @@ class StatusDocument(TypedDict):
     powers: dict[str, float | None]
     domains: dict[str, DomainDoc]
     thermal: ThermalDoc
+    cooling: CoolingDoc
     governor: GovernorDoc
     batch: dict[str, int]
     inference: dict[str, ModelDoc]
@@ -290,6 +314,22 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _cooling(cooling: CoolingStatus) -> CoolingDoc:
+    return {
+        "state": cooling.state,
+        "thermal_resistance_c_per_w": _round(cooling.r_c_per_w, 3),
+        "time_constant_s": _round(cooling.tau_s, 1),
+        "intercept_c": _round(cooling.intercept_c, 2),
+        "confidence": _round(cooling.confidence, 3),
+        "baseline_c_per_w": _round(cooling.baseline_c_per_w, 3),
+        "drift_ratio": _round(cooling.drift_ratio, 3),
+        "since": _round(cooling.since, 3),
+        "updated": _round(cooling.updated, 3),
+        "windows": cooling.windows,
+        "rejected": cooling.rejected,
+    }
+
+
 def document(
     snapshot: Snapshot,
     models: Mapping[str, ModelStats],
@@ -328,6 +368,7 @@ def document(
             "headroom": _round(snapshot.headroom, 3),
             "seconds_to_throttle": _round(snapshot.seconds_to_throttle, 1),
         },
+        "cooling": _cooling(snapshot.cooling),
         "governor": {
             "state": snapshot.state,
             "policy": snapshot.policy,

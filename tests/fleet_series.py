@@ -6,15 +6,24 @@ For tests/test_fleet_store.py and bench/fleet_view.py."""
 from __future__ import annotations
 
 
-def board_series(device: str, at: float, celsius: float, requests: tuple[int, int]) -> str:
-    """Its last sample at `at` (Unix time); the request counter also 10 s before, for a rate."""
+def board_series(
+    device: str, at: float, celsius: float, requests: tuple[int, int], drift: float = 1.0
+) -> str:
+    """Its last sample at `at` (Unix time); the request counter also 10 s before, for a rate;
+    its cooling `degraded` from a `drift` of 1.25 up, else `normal`."""
     ms = round(at * 1000)
     earlier = ms - 10_000
     states = "".join(
         f'mcpd_governor_state{{instance="{device}",state="{state}"}} {int(state == "lowering")} {ms}\n'
         for state in ("holding", "lowering", "raising")
     )
+    cooling = "degraded" if drift >= 1.25 else "normal"
+    states += "".join(
+        f'mcpd_cooling_state{{instance="{device}",state="{state}"}} {int(state == cooling)} {ms}\n'
+        for state in ("normal", "degraded")
+    )
     return (
+        f'mcpd_cooling_drift_ratio{{instance="{device}"}} {drift} {ms}\n'
         f'mcpd_temperature_celsius{{instance="{device}"}} {celsius} {ms}\n'
         f'mcpd_power_watts{{instance="{device}",estimated="false"}} 9.5 {ms}\n'
         f'mcpd_domain_cap_hertz{{instance="{device}",domain="policy0",kind="cpufreq"}} 1200000000 {ms}\n'

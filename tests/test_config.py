@@ -94,6 +94,23 @@ def test_integer_where_float_expected_is_fine_but_not_the_reverse(tmp_path: Path
     assert problem.startswith("sampling.power_ms: expected a valid integer")
 
 
+def test_the_cooling_warning_is_a_rise_and_its_duration_a_time(tmp_path: Path) -> None:
+    assert problems(tmp_path, "[cooling]\ndrift_warning = 1.0\nsustained_s = -60\n") == [
+        "cooling.drift_warning: expected greater than 1, got 1.0",
+        "cooling.sustained_s: expected greater than or equal to 0, got -60",
+    ]
+    (problem,) = problems(tmp_path, "[cooling]\nsustained_h = 2\n")
+    assert problem.startswith(
+        "cooling.sustained_h: unknown key; expected one of: enabled, drift_warning, sustained_s"
+    )
+    loaded = config.load(write(tmp_path, "[cooling]\ndrift_warning = 1.5\nsustained_s = 600\n"))
+    assert (loaded.cooling.enabled, loaded.cooling.drift_warning, loaded.cooling.sustained_s) == (
+        True,
+        1.5,
+        600,
+    )
+
+
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     found = problems(tmp_path, '[sampling]\npower_ms = 0\ntemperature_ms = "x"\n[mqtt]\nqos = 3\n')
     assert len(found) == 3

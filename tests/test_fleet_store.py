@@ -33,7 +33,7 @@ def store(tmp_path: Path) -> Any:
         # The store answers for whole seconds: a sample of this very second is not seen yet.
         vm.import_prometheus(
             board_series("hot", now - 2, 88.5, (100, 350))
-            + board_series("cool", now - 2, 41.0, (0, 0))
+            + board_series("cool", now - 2, 41.0, (0, 0), drift=1.4)
             + board_series("gone", now - 20, 60.0, (5, 5))
         )
         yield vm
@@ -56,6 +56,10 @@ def test_the_table_from_the_store(
     assert hot["requests_per_s"] == pytest.approx(25.0, rel=0.2)
     assert 1.5 <= hot["last_seen_s"] < 10
     assert rows["cool"]["requests_per_s"] == 0.0
+    assert (hot["cooling"], hot["drift_ratio"]) == ("normal", 1.0)
+    assert (rows["cool"]["cooling"], rows["cool"]["drift_ratio"]) == ("degraded", 1.4)
+    worst_cooling = snapshot(capsys, "--from", store.url, "--sort", "drift")
+    assert list(worst_cooling) == ["cool", "hot", "gone"]  # then hottest first
     # Not heard from for 3 x heartbeat_s: offline, though nothing said so.
     assert (rows["gone"]["online"], rows["gone"]["last_seen_s"] >= 19) == (False, True)
     # The store picks the hottest: the others are never asked for.

@@ -191,6 +191,27 @@ def test_estimated_power_headroom_and_the_efficiency_fields() -> None:
     }
 
 
+def test_the_cooling_health() -> None:
+    """The thermal resistance, its baseline and drift where the status has them; the cooling's
+    state one series per state; nothing but the states before any window was fitted."""
+    families, _ = scrape(status_document())
+    assert samples(families["mcpd_thermal_resistance_celsius_per_watt"]) == {(): 6.41}
+    assert samples(families["mcpd_thermal_resistance_baseline_celsius_per_watt"]) == {(): 6.38}
+    assert samples(families["mcpd_cooling_drift_ratio"]) == {(): 1.005}
+    assert samples(families["mcpd_thermal_time_constant_seconds"]) == {(): 36.2}
+    assert samples(families["mcpd_cooling_confidence_ratio"]) == {(): 0.97}
+    states = samples(families["mcpd_cooling_state"])
+    assert states[(("state", "normal"),)] == 1 and sum(states.values()) == 1
+    assert {s for ((_, s),) in states} == {"off", "learning", "normal", "rising", "degraded"}
+    learning = status_document()
+    learning["cooling"] = {**learning["cooling"], "state": "learning", "drift_ratio": None}
+    learning["cooling"]["thermal_resistance_c_per_w"] = None
+    families, _ = scrape(learning)
+    assert not samples(families["mcpd_cooling_drift_ratio"])
+    assert not samples(families["mcpd_thermal_resistance_celsius_per_watt"])
+    assert samples(families["mcpd_cooling_state"])[(("state", "learning"),)] == 1
+
+
 def test_an_empty_document_still_renders() -> None:
     """Before the governor's first status (serving started first), every family is empty."""
     families, _ = scrape({})

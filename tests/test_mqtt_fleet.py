@@ -57,11 +57,40 @@ def test_the_view_sorts_hottest_first_and_keeps_what_it_cannot_read_out() -> Non
         "gpu",
         "-",
         "holding",
+        "-",
         "12.5",
         "1.0",
         "s",
     ]
     assert lines[3].split()[:2] == ["gone", "NO"]
+
+
+def test_the_view_sorts_the_worst_cooling_first_on_request() -> None:
+    """`--sort drift`: the thermal resistance furthest over its baseline first; a board still
+    learning, or one that does not say, after those that do (hottest first among them)."""
+    view = FleetView("mcpd")
+
+    def cooling(state: str, drift: float | None) -> dict[str, object]:
+        return {"cooling": {"state": state, "drift_ratio": drift}}
+
+    view.update("mcpd/worn/telemetry", telemetry(60.0, **cooling("degraded", 1.41)), now=1.0)
+    view.update("mcpd/fine/telemetry", telemetry(85.0, **cooling("normal", 1.02)), now=1.0)
+    view.update("mcpd/new/telemetry", telemetry(70.0, **cooling("learning", None)), now=1.0)
+    view.update("mcpd/old/telemetry", telemetry(90.0), now=1.0)  # an mcpd before cooling health
+    view.update("mcpd/rising/telemetry", telemetry(50.0, **cooling("rising", 1.3)), now=1.0)
+    assert [r.device for r in view.rows(2.0)] == ["old", "fine", "new", "worn", "rising"]
+    rows = view.rows(2.0, "drift")
+    assert [r.device for r in rows] == ["worn", "rising", "fine", "old", "new"]
+    assert (rows[0].cooling, rows[0].drift_ratio, rows[3].cooling) == ("degraded", 1.41, None)
+    lines = table(rows).splitlines()
+    assert lines[0].split()[10] == "COOLING"
+    assert [line.split()[10:12] for line in lines[1:]] == [
+        ["degraded", "x1.41"],
+        ["rising", "x1.30"],
+        ["normal", "x1.02"],
+        ["-", "12.5"],
+        ["learning", "12.5"],
+    ]
 
 
 @pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto not installed")

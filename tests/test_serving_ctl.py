@@ -12,6 +12,7 @@ import pytest
 
 from mcpd.client import Client, ServerError
 from mcpd.ctl import main
+from mcpd.ctl.status import format_status
 from mcpd.ctl.top import render
 from tests.serving_models import scale
 from tests.serving_server import Served, config, status_document
@@ -33,9 +34,24 @@ def test_status_table_and_json(served: Served, capsys: pytest.CaptureFixture[str
     assert main(["status", "--socket", served.socket]) == 0
     table = capsys.readouterr().out
     assert "temperature  61.5 °C" in table and "governor     holding" in table
+    assert (
+        "cooling      normal: 6.41 °C/W (baseline 6.38, x1.00), time constant 36 s, "
+        "confidence 0.97\n" in table
+    )
     assert "policy0            cpufreq         1510      1200        115-1510" in table
     assert main(["status", "--socket", served.socket, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == status_document()
+
+
+def test_the_cooling_line_says_what_is_known() -> None:
+    learning = {"state": "learning", "thermal_resistance_c_per_w": 6.5, "time_constant_s": 35.0}
+    assert "cooling      learning: 6.50 °C/W, time constant 35 s, confidence -\n" in format_status(
+        {"cooling": learning}
+    )
+    fresh = {"state": "learning", "thermal_resistance_c_per_w": None}
+    assert "cooling      learning (no window fitted yet)\n" in format_status({"cooling": fresh})
+    assert "cooling      off\n" in format_status({"cooling": {"state": "off"}})
+    assert "cooling      -" in format_status({})  # an older daemon's document has none
 
 
 def test_models_lists_state_reason_and_tensors(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcpd.governor import domains
-from mcpd.sim import PROFILES, STATE_FILE, Ambient, Fault, LoadSchedule, Simulator, plant
+from mcpd.sim import PROFILES, STATE_FILE, CoolingFault, Fault, LoadSchedule, Simulator, plant
 from mcpd.sim.faults import parse as parse_fault
 from mcpd.sim.runner import ConversionWindow
 from sensors import SensorSet
@@ -105,7 +105,10 @@ def test_rapl_counters_track_plant_power_through_the_wrap(tmp_path: Path) -> Non
     ("stepped", "steady"),
     [
         ({"load": "step:1.0"}, {"load": "level:0.5"}),
-        ({"ambient": Ambient(25.0, 10.0, 1.0)}, {"ambient": Ambient(25.0)}),
+        (
+            {"ambient_c": 25.0, "faults": (CoolingFault("ambient", 10.0, 1.0),)},
+            {"ambient_c": 25.0},
+        ),
     ],
 )
 def test_a_step_in_the_schedule_is_felt_from_its_time_on(
@@ -226,6 +229,55 @@ def test_fault_spec() -> None:
     assert parse_fault("renumber:ina3221") == Fault("renumber", "ina3221", 0.0, None)
 
 
+def test_cooling_fault_specs() -> None:
+    assert parse_fault("fan-stop:1.8@3600") == CoolingFault("fan-stop", 1.8, 3600.0, 0.0)
+    assert parse_fault("dust:1.5@3600+21600") == CoolingFault("dust", 1.5, 3600.0, 21600.0)
+    assert parse_fault("ambient:+10@600") == CoolingFault("ambient", 10.0, 600.0, 0.0)
+    assert parse_fault("ambient:-5") == CoolingFault("ambient", -5.0, 0.0, 0.0)
+    for spec, why in (
+        ("dust:1.5@10", "dust needs \\+DURATION"),
+        ("fan-stop:0.9", "factor on the resistance above 1"),
+        ("ambient:hot@10", "'hot' is not a number"),
+        ("ambient:50", "-40 to 40 °C"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_fault(spec)
+
+
+def test_a_stopped_fan_multiplies_the_rise_dust_builds_up_and_the_state_says_so(
+    tmp_path: Path,
+) -> None:
+    """The board settles to ambient + R·P: a fan that stops makes the rise per watt `amount` times
+    larger from its start; dust makes it so by the end of its duration, linearly; the state file
+    names the resistance in force."""
+    healthy = simulate(tmp_path / "healthy", "rk3588", "level:0.5")
+    fan = simulate(
+        tmp_path / "fan", "rk3588", "level:0.5", faults=[CoolingFault("fan-stop", 1.6, 100.0)]
+    )
+    dust = simulate(
+        tmp_path / "dust", "rk3588", "level:0.5", faults=[CoolingFault("dust", 1.6, 0.0, 1200.0)]
+    )
+    r_th = PROFILES["rk3588"].thermal.r_th
+    for _ in range(600):
+        for simulator in (healthy, fan, dust):
+            simulator.advance(1.0)
+
+    def rise_per_watt(simulator: Simulator) -> float:
+        return (simulator.state.die_c - simulator.ambient_c) / simulator.state.soc_w
+
+    def state(simulator: Simulator) -> dict[str, float]:
+        return dict(json.loads((simulator.root / STATE_FILE).read_text()))
+
+    assert rise_per_watt(healthy) == pytest.approx(r_th, rel=0.001)
+    assert rise_per_watt(fan) == pytest.approx(1.6 * r_th, rel=0.001)
+    assert state(fan)["r_th"] == pytest.approx(1.6 * r_th, abs=1e-3)
+    assert state(dust)["r_th"] == pytest.approx(1.3 * r_th, abs=1e-3)  # half way through
+    for _ in range(600):
+        dust.advance(1.0)
+    assert state(dust)["r_th"] == pytest.approx(1.6 * r_th, abs=1e-3)
+    assert state(healthy)["r_th"] == pytest.approx(r_th) and state(healthy)["ambient_c"] == 25.0
+
+
 def test_load_schedules() -> None:
     bursts = LoadSchedule.parse("bursts:10/20")
     assert (
@@ -260,8 +312,10 @@ def test_die_reacts_in_seconds_heatsink_over_a_minute() -> None:
 
 
 def test_ambient_moves_every_temperature(tmp_path: Path) -> None:
-    warm = simulate(tmp_path / "warm", "rk3588", ambient=Ambient(40.0))
-    stepped = simulate(tmp_path / "step", "rk3588", ambient=Ambient(25.0, 15.0, 60.0))
+    warm = simulate(tmp_path / "warm", "rk3588", ambient_c=40.0)
+    stepped = simulate(
+        tmp_path / "step", "rk3588", ambient_c=25.0, faults=[CoolingFault("ambient", 15.0, 60.0)]
+    )
     cool = simulate(tmp_path / "cool", "rk3588")
     for _ in range(40):
         for simulator in (warm, stepped, cool):

@@ -5,6 +5,7 @@ keeps that shape."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from mcpd.governor.timing import LoopTiming
 from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
 from mcpd.shapes import mismatches
-from mcpd.snapshot import DomainStatus, ModelStats, WriteFailure
+from mcpd.snapshot import CoolingStatus, DomainStatus, ModelStats, WriteFailure
 from tests.mqtt_status import FakeBoard, placement
 from tests.serving_server import Served, config, status_document
 from tests.support.snapshots import snapshot
@@ -59,6 +60,46 @@ def test_a_cap_the_kernel_refuses_is_in_the_document_and_the_status_line() -> No
     assert document["domains"]["policy6"]["write_failure"] is None
     line = "90.0 °C no meter | policy4 2208 policy6 816 MHz | write-failing: policy4"
     assert status.line(refusing) == line
+
+
+def test_the_cooling_health_is_in_the_contracts_shape() -> None:
+    """Every figure of the cooling's health, rounded as the document rounds; before anything
+    is known, `off` with nulls and zero counts (a snapshot nobody filled in)."""
+    cooling = CoolingStatus(
+        "degraded", 9.98765, 36.21, 0.1234, 0.91234, 6.3212, 1.58004, 1.7e9 + 0.12345,
+        1.7e9 + 9000.5, 11, 2,
+    )  # fmt: skip
+    cooled = snapshot(
+        platform="jetson-orin", temperature_c=80.0, power_w=9.0, metered=True, cooling=cooling
+    )
+    serving: status.ServingDoc = {
+        "pid": None,
+        "state": "stopped",
+        "restarts": 0,
+        "last_exit": None,
+        "config_error": None,
+    }
+    parts = (status.DaemonStats()(), LoopTiming().summary(), serving)
+    document = status.document(cooled, {}, *parts, placement=placement())
+    assert mismatches(document, status.StatusDocument) == []
+    assert document["cooling"] == {
+        "state": "degraded",
+        "thermal_resistance_c_per_w": 9.988,
+        "time_constant_s": 36.2,
+        "intercept_c": 0.12,
+        "confidence": 0.912,
+        "baseline_c_per_w": 6.321,
+        "drift_ratio": 1.58,
+        "since": 1700000000.123,
+        "updated": 1700009000.5,
+        "windows": 11,
+        "rejected": 2,
+    }
+    unknown = status.document(
+        replace(cooled, cooling=CoolingStatus()), {}, *parts, placement=placement()
+    )
+    assert unknown["cooling"]["state"] == "off" and unknown["cooling"]["windows"] == 0
+    assert mismatches(unknown, status.StatusDocument) == []
 
 
 def test_the_checker_finds_a_missing_key_and_a_wrong_type() -> None:

@@ -41,9 +41,7 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser.add_argument(
         "--sim-speed", type=float, default=1.0, help="simulated thermal time per wall second"
     )
-    parser.add_argument(
-        "--sim-fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]]"
-    )
+    parser.add_argument("--sim-fault", action="append", default=[], help="as `mcpd sim --fault`")
     add_topology(parser, "--sim-topology")
     parser.add_argument("--live", action="store_true", help="print a status line every second")
     parser.set_defaults(default_level="info")

@@ -31,7 +31,11 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
         "--speed", type=float, default=1.0, help="simulated thermal time per wall second"
     )
     parser.add_argument(
-        "--fault", action="append", default=[], help="KIND:SENSOR[@START[+DURATION]], repeatable"
+        "--fault",
+        action="append",
+        default=[],
+        help="KIND:SENSOR[@START[+DURATION]] (wall-clock s) or fan-stop|dust|ambient:AMOUNT"
+        "[@START[+DURATION]] (simulated s), repeatable",
     )
     parser.add_argument(
         "--ambient", type=float, default=25.0, help="air temperature, °C (default 25)"
@@ -55,7 +59,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mcpd.sim import PROFILES, Ambient, LoadSchedule, Simulator
+    from mcpd.sim import PROFILES, LoadSchedule, Simulator
     from mcpd.sim.faults import parse as parse_fault
 
     try:
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             load=load,
             faults=faults,
             seed=args.seed,
-            ambient=Ambient(args.ambient),
+            ambient_c=args.ambient,
             topology=topology(args.topology),
         )
         simulator.build()

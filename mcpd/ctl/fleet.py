@@ -1,4 +1,5 @@
-"""`mcpctl fleet`: every board on a broker in one live table, hottest first.
+"""`mcpctl fleet`: every board on a broker in one live table, hottest first (or, with `--sort
+drift`, the worst cooling first: the thermal resistance furthest over its own baseline).
 
 Subscribes to `<prefix>/+/status` (retained: every board the broker has heard of, online or not)
 and `<prefix>/+/telemetry`, and redraws every `--interval` seconds; `--json` prints one snapshot
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             if args.source:
                 for device, (at, body) in fleet_store.read(args.source, args.top).items():
                     view.measured(device, at, body)
-            rows = view.rows(time.time())[: args.top or None]
+            rows = view.rows(time.time(), args.sort)[: args.top or None]
             if args.json:
                 snapshot = {"ts": round(time.time(), 3), "devices": [asdict(r) for r in rows]}
                 print(json.dumps(snapshot), flush=True)
@@ -154,6 +155,13 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
         help="only the N hottest boards (with --from, the store picks them: topk)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON snapshot per line")
+    parser.add_argument(
+        "--sort",
+        choices=["temperature", "drift"],
+        default="temperature",
+        help="hottest first (default), or the worst cooling first: its thermal resistance over "
+        "its baseline",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between redraws")
     parser.add_argument("--count", type=int, default=0, help="stop after N snapshots (0: never)")
     parser.add_argument("--ca-file", help="TLS: trust the broker's certificate from this CA")

@@ -39,6 +39,8 @@ REQUESTS = f"sum by ({DEVICE}) (rate(mcpd_inference_requests_total{{only}}[1m]))
 """Requests per second over the last minute, every model together (the telemetry's
 `requests_per_s` is since the previous message)."""
 BOARD = "mcpd_board_info{only}"
+COOLING = "mcpd_cooling_state{only} == 1"
+DRIFT = "mcpd_cooling_drift_ratio{only}"
 HOTTEST = "topk({top}, mcpd_temperature_celsius)"
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9_-]+$")
 """What `[mqtt] device_id` may be (mcpd.config), and so safe in a regular expression as it is."""
@@ -124,6 +126,10 @@ def read(
         body["requests_per_s"] = round(value, 3)
     for body, labels, _ in each(BOARD):
         body["platform"] = labels.get("platform")
+    for body, labels, _ in each(COOLING):
+        body.setdefault("cooling", {})["state"] = labels.get("state")
+    for body, _, value in each(DRIFT):
+        body.setdefault("cooling", {})["drift_ratio"] = value
     return {device: (seen[device], bodies[device]) for device in seen}
 
 

@@ -32,6 +32,10 @@ class Row:
     power_w: float | None
     caps_mhz: dict[str, float | None]
     governor: str | None
+    cooling: str | None
+    """The cooling's state (README, "Cooling health"); None from a board that does not say."""
+    drift_ratio: float | None
+    """Its thermal resistance over its baseline."""
     requests_per_s: float | None
     last_seen_s: float | None
     """Seconds since its last telemetry; None if none seen yet."""
@@ -108,13 +112,18 @@ class FleetView:
             if site is not None:
                 self._site[device] = site
 
-    def rows(self, now: float) -> list[Row]:
+    def rows(self, now: float, sort: str = "temperature") -> list[Row]:
+        """Hottest first; by `sort="drift"`, the worst cooling first, then hottest. A board
+        without the figure comes after those with it."""
         with self._lock:
             devices = sorted(self._said.keys() | self._telemetry.keys())
             if self.sites and self.statuses:  # the store knows no sites: only boards heard here
                 devices = [d for d in devices if d in self._site]
             rows = [self._row(device, now) for device in devices]
-        return sorted(rows, key=lambda r: (r.temperature_c is None, -(r.temperature_c or 0)))
+        rows.sort(key=lambda r: (r.temperature_c is None, -(r.temperature_c or 0)))
+        if sort == "drift":
+            rows.sort(key=lambda r: (r.drift_ratio is None, -(r.drift_ratio or 0)))
+        return rows
 
     def _online(self, device: str, now: float) -> bool | None:
         heard = self._heard.get(device)
@@ -128,6 +137,9 @@ class FleetView:
         seen, body = self._telemetry.get(device, (None, {}))
         domains = body.get("domains")
         governor = body.get("governor")
+        cooling = body.get("cooling")
+        if not isinstance(cooling, dict):
+            cooling = {}
         return Row(
             device=device,
             online=self._online(device, now),
@@ -139,6 +151,8 @@ class FleetView:
                 for name, d in (domains.items() if isinstance(domains, dict) else ())
             },
             governor=str(governor.get("state")) if isinstance(governor, dict) else None,
+            cooling=str(cooling["state"]) if "state" in cooling else None,
+            drift_ratio=_number(cooling.get("drift_ratio")),
             requests_per_s=_number(body.get("requests_per_s")),
             last_seen_s=None if seen is None else round(now - seen, 1),
             site=self._site.get(device) or None,
@@ -158,6 +172,7 @@ def table(rows: list[Row]) -> str:
         "POWER W",
         "CAPS MHz",
         "GOVERNOR",
+        "COOLING",
         "REQ/S",
         "LAST SEEN",
     )
@@ -176,12 +191,15 @@ def table(rows: list[Row]) -> str:
                 _fmt(row.power_w, ".2f"),
                 caps or "-",
                 row.governor or "-",
+                " x".join(
+                    (row.cooling or "-", *([f"{row.drift_ratio:.2f}"] if row.drift_ratio else []))
+                ),
                 _fmt(row.requests_per_s, ".1f"),
                 "-" if row.last_seen_s is None else f"{row.last_seen_s:.1f} s",
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    right = {3, 4, 7, 8}
+    right = {3, 4, 8, 9}
     return "\n".join(
         "  ".join(
             c.rjust(w) if i in right else c.ljust(w)

@@ -21,6 +21,20 @@ def _runs_on(model: Mapping[str, Any]) -> str:
     return str(model.get("provider") or "-")
 
 
+def _cooling(cooling: Mapping[str, Any]) -> str:
+    """`normal: 6.41 °C/W (baseline 6.38, x1.00), time constant 36 s, confidence 0.97`"""
+    state = cooling.get("state", "-")
+    r = cooling.get("thermal_resistance_c_per_w")
+    if state == "off" or r is None:
+        return str(state) + ("" if state == "off" else " (no window fitted yet)")
+    base = cooling.get("baseline_c_per_w")
+    drift = cooling.get("drift_ratio")
+    against = "" if base is None else f" (baseline {base:.2f}, x{number(drift, '', 2)})"
+    tau = number(cooling.get("time_constant_s"), " s", 0)
+    confidence = number(cooling.get("confidence"), "", 2)
+    return f"{state}: {r:.2f} °C/W{against}, time constant {tau}, confidence {confidence}"
+
+
 def _mqtt(doc: Mapping[str, Any]) -> list[str]:
     """Which broker telemetry goes to and since when; nothing when MQTT is off."""
     mqtt = doc.get("mqtt")
@@ -73,6 +87,7 @@ def format_status(doc: Mapping[str, Any]) -> str:
         f"power        {power}{estimated}",
         f"governor     {governor.get('state', '-')}"
         + (f"  (last: {last['action']}, {last['reason']})" if last else ""),
+        f"cooling      {_cooling(doc.get('cooling') or {})}",
         *_mqtt(doc),
         *_placement(doc.get("placement")),
         "",

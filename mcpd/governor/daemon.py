@@ -27,6 +27,7 @@ from mcpd import config, status
 from mcpd.events import Event, EventBus
 from mcpd.governor import board, domains, reloading
 from mcpd.governor.baseline import Baseline, baseline_folders
+from mcpd.governor.cooling_store import CoolingStore
 from mcpd.governor.energy import EnergyAccount, Served
 from mcpd.governor.loop import GIL_SWITCH_INTERVAL_S, ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
@@ -109,6 +110,7 @@ class Daemon:
             notifier=self.notifier,
             hotplug=hotplug,
             power_map=PowerMapStore(self.config.daemon.state_dir),
+            cooling_store=CoolingStore(self.config.daemon.state_dir),
             on_status=self._on_status,
         )
         self.daemon_stats = status.DaemonStats(scheduling)
@@ -154,8 +156,11 @@ class Daemon:
         with self._status_lock:  # status is asked for by the telemetry and serving threads
             self.energy.update(snapshot.energy_j, snapshot.ts, served)
             joules = self.energy.joules_per_inference()
-            forecast = self.loop.forecast.seconds_to(threshold, self.loop.clock())
-        snapshot = dataclasses.replace(snapshot, seconds_to_throttle=forecast)
+            now = self.loop.clock()
+            forecast = self.loop.forecast.seconds_to(threshold, now)
+            self.loop.cooling.refresh(now)
+            cooling = self.loop.cooling.status()
+        snapshot = dataclasses.replace(snapshot, seconds_to_throttle=forecast, cooling=cooling)
         return status.document(
             snapshot,
             stats,

@@ -26,6 +26,8 @@ from mcpd.governor import snapshot_builder as snapshots
 from mcpd.governor.actuation import Actuators, CapChange
 from mcpd.governor.baseline import Baseline
 from mcpd.governor.board import Board
+from mcpd.governor.cooling import CoolingWatch
+from mcpd.governor.cooling_store import CoolingStore
 from mcpd.governor.decisions import BatchSizes, PolicyDriver
 from mcpd.governor.energy import BoardEnergy
 from mcpd.governor.freshness import Freshness
@@ -90,6 +92,7 @@ class ControlLoop:
         notifier: Notifier | None = None,
         hotplug: HotplugMonitor | None = None,
         power_map: PowerMapStore | None = None,
+        cooling_store: CoolingStore | None = None,
         on_status: Callable[[Snapshot], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -126,6 +129,9 @@ class ControlLoop:
         self.forecast = ThrottleForecast()
         """Fed here with every sample; asked for its forecast by the status path, off this
         thread (the fit costs milliseconds)."""
+        self.cooling = CoolingWatch(events, cooling_store, settings.cooling, clock, wall)
+        """Fed here with every governing reading; its windows are fitted by the status path, off
+        this thread (mcpd/governor/cooling.py)."""
         self._energy = BoardEnergy()
         self._last_action: LastAction | None = None
         self._state: GovernorState = "starting"
@@ -179,6 +185,7 @@ class ControlLoop:
         (each one's cap goes into the baseline before anything is written to it)."""
         self.started = True
         self.sensors = self._discover_sensors()
+        self.cooling.begin(self.board, self.sensors, self.settings.power)
         self._sync_domains()
         self._check_governable()
 
@@ -233,6 +240,7 @@ class ControlLoop:
                 self._ages.power = (self._power_sample.watts, now)
                 self._energy.add(self._power_sample.watts, now, self.settings.stale_s)
                 self.forecast.add_power(now, self._power_sample.watts)
+                self.cooling.add_power(now, self._power_sample.watts)
             self._power_grid.advance(now)
             sampled = True
         if now >= self._temperature_grid.deadline:
@@ -241,6 +249,7 @@ class ControlLoop:
             if self._temp_sample.celsius is not None:
                 self._ages.temperature = (self._temp_sample.celsius, now)
                 self.forecast.add(now, self._temp_sample.celsius)
+                self.cooling.add_temperature(now, self._temp_sample.celsius)
             self._temperature_grid.advance(now)
             sampled = True
         if sampled:
@@ -358,6 +367,7 @@ class ControlLoop:
         found = self._discover_sensors()
         if found.signature != self.sensors.signature:
             self.sensors = found
+            self.cooling.begin(self.board, self.sensors, self.settings.power)
             self._say(
                 logging.INFO,
                 reports.rediscovered(reason, len(found.temperatures), len(found.powers)),
@@ -381,6 +391,8 @@ class ControlLoop:
             settings.power,
         ):
             self.sensors = self._discover_sensors()
+        self.cooling.reload(settings.cooling)
+        self.cooling.begin(self.board, self.sensors, self.settings.power)
         self._sync_domains()
         self.policy.reload(settings.governing)
         if settings.policy != old.policy and self._power_map_loaded and self.power_map is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from governors import AdaptiveGovernor, AdaptivePolicy, GovernorParams, HysteresisGovernor, Policy
-from mcpd.config import Config, DomainSection
+from mcpd.config import Config, CoolingSection, DomainSection
 from sensors.discovery import PowerOptions
 
 POLICIES: Mapping[str, Callable[[GovernorParams, float], Policy[Any]]] = {
@@ -36,6 +36,7 @@ class LoopSettings:
     rescan_s: float = 10.0
     """Periodic re-discovery where no udev monitor runs (fake trees, containers)."""
     profile: str = "default"
+    cooling: CoolingSection = field(default_factory=CoolingSection)
     governing: Policy[Any] = field(init=False)
     """The policy named by `policy`, with these settings."""
 
@@ -60,4 +61,5 @@ class LoopSettings:
             governing_powers=config.sensors.governing_powers,
             power=config.sensors.power_options(),
             profile=profile,
+            cooling=config.cooling,
         )

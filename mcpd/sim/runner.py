@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import random
 import threading
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from mcpd.sim import plant
 from mcpd.sim.energy_model import Jiffies
-from mcpd.sim.faults import Fault
+from mcpd.sim.faults import CoolingFault, Fault, ambient_shift, resistance_factor
 from mcpd.sim.profiles import PART_NAMES, Profile
 from mcpd.sim.topology import Topology
 from mcpd.sim.tree import INA3221_UPDATE_S, BoardTree, Inputs
@@ -95,18 +94,6 @@ class LoadSchedule:
         )
 
 
-@dataclass(frozen=True)
-class Ambient:
-    """The air around the board: `base_c`, rising by `step_c` at `step_at_s` of simulated time."""
-
-    base_c: float
-    step_c: float = 0.0
-    step_at_s: float = math.inf
-
-    def at(self, sim_s: float) -> float:
-        return self.base_c + (self.step_c if sim_s >= self.step_at_s else 0.0)
-
-
 class ConversionWindow:
     """What an INA3221 reports: the average of its conversions over one update interval, replaced
     at the end of each interval (docs/sensor-timing.md), not the instantaneous power."""
@@ -138,9 +125,9 @@ class Simulator:
         *,
         speed: float = 1.0,
         load: LoadSchedule = LoadSchedule("sustained"),
-        faults: Iterable[Fault] = (),
+        faults: Iterable[Fault | CoolingFault] = (),
         seed: int = 0,
-        ambient: Ambient | None = None,
+        ambient_c: float | None = None,
         topology: Topology | None = None,
     ) -> None:
         """`topology` stands in for the profile's CPU topology (mcpd.sim.topology.host: this
@@ -153,8 +140,10 @@ class Simulator:
         self.root = Path(root)
         self.speed = speed
         self.load = load
-        self.faults = tuple(faults)
-        self.ambient = ambient or Ambient(profile.thermal.ambient_c)
+        self.faults = tuple(f for f in faults if isinstance(f, Fault))
+        self.cooling_faults = tuple(f for f in faults if isinstance(f, CoolingFault))
+        self.ambient_c = profile.thermal.ambient_c if ambient_c is None else ambient_c
+        """The air before any cooling fault changes it."""
         self.tree = BoardTree(profile, self.root)
         self.domains = tuple(
             plant.DomainModel(
@@ -272,7 +261,12 @@ class Simulator:
             self._write_state()
 
     def _thermal(self) -> plant.Thermal:
-        return dataclasses.replace(self.profile.thermal, ambient_c=self.ambient.at(self.sim_s))
+        """The profile's thermal constants as the cooling faults have changed them by now."""
+        return dataclasses.replace(
+            self.profile.thermal,
+            ambient_c=self.ambient_c + ambient_shift(self.cooling_faults, self.sim_s),
+            r_th=self.profile.thermal.r_th * resistance_factor(self.cooling_faults, self.sim_s),
+        )
 
     def _accumulate_energy(self, wall_dt: float) -> None:
         if self._inputs is None:
@@ -322,13 +316,15 @@ class Simulator:
             self._written[dynamic.path] = text
 
     def snapshot(self) -> dict[str, object]:
+        thermal = self._thermal()
         return {
             "profile": self.profile.name,
             "elapsed_s": round(self.elapsed_s, 3),
             "sim_s": round(self.sim_s, 3),
             "die_c": round(self.state.die_c, 3),
             "sink_c": round(self.state.sink_c, 3),
-            "ambient_c": self.ambient.at(self.sim_s),
+            "ambient_c": round(thermal.ambient_c, 3),
+            "r_th": round(thermal.r_th, 4),
             "soc_w": round(self.state.soc_w, 3),
             "input_w": round(self.state.input_w, 3),
             "utils": dict(self.utils),
