@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcpd.config import MqttSection
 from mcpd.schema import build
 from mcpd.telemetry.publisher import Publisher
-from tests.mqtt_status import FakeBoard
+from tests.support.mqtt_status import FakeBoard
 
 Plan = list[tuple[str, dict[str, Any]]]
 """(device id, its [mqtt] values)."""

@@ -17,7 +17,7 @@ import psutil
 from paho.mqtt.enums import CallbackAPIVersion
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engines import LOOPBACK, Node
+from tests.support.engines import LOOPBACK, Node
 
 RECEIVED = "mcpd_ingest_messages_received_total"
 SUBSCRIBE_S = 60.0

@@ -215,7 +215,7 @@ def main() -> None:
         "--sample-s",
         type=float,
         help="the loop's sampling period for both signals (default: the daemon's 0.2 s and "
-        "0.1 s; 1 s is ten times faster to run, as tests/test_cooling.py does)",
+        "0.1 s; 1 s is ten times faster to run, as tests/governor/test_cooling.py does)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document per run")
     args = parser.parse_args()

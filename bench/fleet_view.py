@@ -8,7 +8,7 @@ document, one board id each), timed with the thread's CPU clock over 20 000 mess
 cores a reader needs to follow N boards at 1 Hz, and the bytes it receives per second.
 
 Store: a VictoriaMetrics (the Debian package, as the tests start it) filled through its import API
-with N boards' series as `mcpctl ingest` writes them (tests/fleet_series.py), then one refresh of
+with N boards' series as `mcpctl ingest` writes them (tests/support/fleet_series.py), then one refresh of
 `mcpctl fleet --from` timed as it runs: its queries (mcpd/ctl/fleet_store.py), the view and
 its rows, for every board and for the 50 hottest (`--top 50`: the store picks them with topk);
 the median of --repeat refreshes, wall clock (the store answers in another process), with the
@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcpd.ctl import fleet_store
 from mcpd.ctl.fleet_view import FleetView
 from mcpd.telemetry import encoder
-from tests.engines import VictoriaMetrics, missing
-from tests.fleet_series import board_series
-from tests.mqtt_status import FakeBoard
+from tests.support.engines import VictoriaMetrics, missing
+from tests.support.fleet_series import board_series
+from tests.support.mqtt_status import FakeBoard
 
 FOLLOWED = 20_000
 TOP = 50

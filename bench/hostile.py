@@ -63,9 +63,9 @@ from mcpd.client import Client, ServerError
 from mcpd.demo import MODEL
 from mcpd.serving.service import METRICS_CONNECTIONS
 from mcpd.sim import MEMORY_DIR, STATE_FILE
-from tests.mqtt_broker import Mosquitto, free_port
-from tests.serving_models import spread
 from tests.support.daemon import mcpd_run, simulated
+from tests.support.mqtt_broker import Mosquitto, free_port
+from tests.support.serving_models import spread
 
 DAEMON_NOFILE = 1024
 DEVICE = "bench"

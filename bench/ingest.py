@@ -2,8 +2,8 @@
 
     nice .venv/bin/python bench/ingest.py [--backlog 40000] [--boards 2000] [--window 20]
 
-Everything runs here, on loopback: mosquitto (tests/mqtt_broker.py), VictoriaMetrics
-(tests/stores.py, with `-dedup.minScrapeInterval=1ms` as docs/ingest.md §2 says), and
+Everything runs here, on loopback: mosquitto (tests/support/mqtt_broker.py), VictoriaMetrics
+(tests/support/stores.py, with `-dedup.minScrapeInterval=1ms` as docs/ingest.md §2 says), and
 `mcpctl ingest` as processes of their own.
 
 1. Throughput, one process and two in one shared group: the ingest writes one message of each
@@ -50,9 +50,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.telemetry import encoder
-from tests.mqtt_broker import Mosquitto, free_port
-from tests.mqtt_status import FakeBoard
-from tests.stores import VictoriaMetrics
+from tests.support.mqtt_broker import Mosquitto, free_port
+from tests.support.mqtt_status import FakeBoard
+from tests.support.stores import VictoriaMetrics
 
 MCPCTL = str(Path(__file__).resolve().parent.parent / ".venv/bin/mcpctl")
 GOAL_PER_S = 10_000

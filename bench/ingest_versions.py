@@ -2,7 +2,7 @@
 
     nice .venv/bin/python bench/ingest_versions.py REV [--boards 2000] [--rounds 7]
 
-The same telemetry messages (the daemon's encoder on tests/mqtt_status.py's boards, made once by
+The same telemetry messages (the daemon's encoder on tests/support/mqtt_status.py's boards, made once by
 this tree) go through each version's parse, mapping and encoding (mcpd.ctl.ingest_samples,
 mcpd.ctl.ingest_batch: the writer thread's work, without broker, store or network), each run in a
 process of its own, the two versions alternating round by round so that both see the same load
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mcpd.telemetry import encoder  # noqa: E402
-from tests.mqtt_status import FakeBoard  # noqa: E402
+from tests.support.mqtt_status import FakeBoard  # noqa: E402
 
 CHILD = """
 import pickle, sys, time

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/loads.py [--layers 100] [--hangups 16] [--flood-seconds 8]
 
-Runs `mcpd run --simulate rk3588` (as tests/test_daemon.py does) serving `heavy` (LAYERS matrix products by random
+Runs `mcpd run --simulate rk3588` (as tests/governor/test_daemon.py does) serving `heavy` (LAYERS matrix products by random
 1 MB weights: a model of LAYERS MB, made of tensors glibc's heap keeps when freed, as a real
 network's are) and `broken` (a file that is not a model). Reports the serving process's RSS at
 ready, its peak (sampled every 50 ms) and its end while HANGUPS load requests of `heavy` whose
@@ -27,8 +27,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.client import Client, ServerError
-from tests.serving_models import heavy
 from tests.support.daemon import RunningDaemon
+from tests.support.serving_models import heavy
 
 
 def ready(sock: Path) -> bool:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcpd.serving.metrics import Exposition
 from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import ModelStats
-from tests.mqtt_status import FakeBoard
+from tests.support.mqtt_status import FakeBoard
 
 FORMATS = {
     "text 0.0.4": "",

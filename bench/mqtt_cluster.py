@@ -5,13 +5,13 @@ into VictoriaMetrics.
         [--rate 1] [--warmup 15] [--steady 20] [--down 30] [--after 20] [--heartbeat 10]
         [--keep FOLDER]
 
-Each engine is started as the tests start it (tests/mqtt_clusters.py, tests/engines.py; Debian's
+Each engine is started as the tests start it (tests/support/mqtt_clusters.py, tests/support/engines.py; Debian's
 packages, loopback only): a 3-node ejabberd cluster (MQTT 5) and a 3-node NATS cluster with
 JetStream (MQTT 3.1.1), each with haproxy in front. Half the boards name the three nodes in
 `[mqtt] brokers` (each board its own order), half connect through haproxy; all with the defaults
 a fleet runs with (`reconnect_max_s` 60, QoS 1), `heartbeat_s` from the command line. On node 0,
 which stays: a consumer with a persistent session that records every message, and `mcpctl ingest`
-writing into a VictoriaMetrics (tests/stores.py, without deduplication, so that a sample written
+writing into a VictoriaMetrics (tests/support/stores.py, without deduplication, so that a sample written
 twice would be counted twice), which is polled every 0.1 s for each board's newest sample. The
 boards start once the ingest takes messages (bench/cluster_processes.py, `wait_subscribed`).
 
@@ -50,10 +50,10 @@ from cluster_processes import Cpu, counters, sockets, wait_subscribed
 from cluster_report import Run, figures, tables
 from fleet_view import cpu_model
 
-from tests.engines import Haproxy, Node, missing
-from tests.mqtt_broker import Recorder, free_port
-from tests.mqtt_clusters import EjabberdCluster, NatsCluster
-from tests.stores import VictoriaMetrics
+from tests.support.engines import Haproxy, Node, missing
+from tests.support.mqtt_broker import Recorder, free_port
+from tests.support.mqtt_clusters import EjabberdCluster, NatsCluster
+from tests.support.stores import VictoriaMetrics
 
 USER, PASSWORD = "mcpd", "bench-secret"
 POLL_S = 0.1

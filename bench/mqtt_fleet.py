@@ -37,8 +37,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.telemetry.publisher import Publisher
-from tests.mqtt_broker import Mosquitto, settings
-from tests.mqtt_status import FakeBoard
+from tests.support.mqtt_broker import Mosquitto, settings
+from tests.support.mqtt_status import FakeBoard
 
 GOAL_P99_MS = 50.0
 

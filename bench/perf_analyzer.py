@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.serving import process, wait_for
 from mcpd.demo import MODEL
-from tests.mqtt_broker import free_port
 from tests.support.daemon import mcpd_run, simulated
+from tests.support.mqtt_broker import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PERF_ANALYZER = ROOT / ".venv/bin/perf_analyzer"

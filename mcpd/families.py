@@ -64,7 +64,7 @@ LATENCIES = (
 ModelStats.latency has those its sender has."""
 BOUNDS = (*map(repr, LATENCY_BUCKETS_S), "+Inf")
 """Each bucket's `le` label, as Prometheus writes floats (Go's shortest form, which repr is for
-these: prometheus_client's floatToGoString gives the same, tests/test_metrics.py)."""
+these: prometheus_client's floatToGoString gives the same, tests/serving/test_metrics.py)."""
 
 Kind = Literal["gauge", "counter", "info", "histogram"]
 Row = tuple[tuple[str, ...], float]

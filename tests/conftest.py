@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.fakesys import FakeSysfs
+from tests.support.fakesys import FakeSysfs
 from tests.support.waiting import wait_until
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def _fuse_available() -> str | None:
 @pytest.fixture
 def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | Path], Path]]:
     """Mount a fixture tree through FUSE so that chosen files fail with a chosen errno: the rules
-    of tests/fusetree.py, or a JSON file of them that is read again at every call."""
+    of tests/support/fusetree.py, or a JSON file of them that is read again at every call."""
     why = _fuse_available()
     if why:
         pytest.skip(f"errno overlay needs FUSE: {why}")
@@ -54,7 +54,7 @@ def errno_overlay(tmp_path: Path) -> Iterator[Callable[[Path, dict[str, str] | P
         command = [
             sys.executable,
             "-m",
-            "tests.fusetree",
+            "tests.support.fusetree",
             str(source),
             str(mountpoint),
             f"@{errors}" if isinstance(errors, Path) else json.dumps(errors),

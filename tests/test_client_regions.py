@@ -17,8 +17,8 @@ import pytest
 
 from mcpd.client_regions import InRegion, Region, Slot
 from tests.conftest import PROJECT
-from tests.serving_models import scale
-from tests.serving_server import Served, config
+from tests.support.serving_models import scale
+from tests.support.serving_server import Served, config
 
 DAEMON_UID = DAEMON_GID = 1  # Debian's `daemon` user and group stand in for `mcpd`
 CLIENT_UID = 4242  # a user of no group but the daemon's: like a member of `mcpd`
@@ -95,7 +95,7 @@ with Client(socket) as client:
 DAEMON = """
 import encodings.ascii, os, sys
 from pathlib import Path
-from tests.serving_server import Served, config
+from tests.support.serving_server import Served, config
 os.setgroups([]); os.setgid(DAEMON_GID); os.setuid(DAEMON_UID)
 folder = Path(sys.argv[1])
 model = {"name": "m", "path": str(folder / "m.onnx")}

@@ -475,7 +475,7 @@ def test_unknown_and_missing_keys_deep_in_a_list(tmp_path: Path) -> None:
 
 def test_the_governor_modules_need_neither_pydantic_nor_psutil() -> None:
     """pydantic and psutil are 20 MB of the governor's 40 MB budget (BENCHMARKS.md);
-    tests/test_supervisor.py checks a running governor, this the modules that load the config."""
+    tests/governor/test_supervisor.py checks a running governor, this the modules that load the config."""
     code = (
         "import json, sys, mcpd.cli, mcpd.governor.daemon\n"
         "mcpd.config.load(sys.argv[1])\n"

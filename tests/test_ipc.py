@@ -19,7 +19,7 @@ import pytest
 from mcpd import channel, ipc
 from mcpd.channel import Channel
 from mcpd.snapshot import ModelStats
-from tests.mqtt_status import FakeBoard, placement
+from tests.support.mqtt_status import FakeBoard, placement
 
 CONFIG: ipc.ConfigMessage = {
     "kind": "config",
@@ -60,7 +60,7 @@ def test_what_the_peer_sent_before_it_closed_its_end_is_still_read(
 ) -> None:
     """A serving process that refuses its first configuration says so and exits at once. Read in
     the same call as the close of its end, the refusal was dropped: the governor restarted it
-    without a word of why (config_error None): 5 runs in 50 of tests/test_supervisor.py's refused
+    without a word of why (config_error None): 5 runs in 50 of tests/governor/test_supervisor.py's refused
     configuration, under load."""
     governor, serving = ends
     refusal: ipc.ConfiguredMessage = {"kind": "configured", "generation": 1, "error": "no"}

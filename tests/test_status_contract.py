@@ -15,8 +15,8 @@ from mcpd.ipc import STATUS_BYTES, SharedBlock
 from mcpd.serving import metrics
 from mcpd.shapes import mismatches
 from mcpd.snapshot import CoolingStatus, DomainStatus, ModelStats, WriteFailure
-from tests.mqtt_status import FakeBoard, placement
-from tests.serving_server import Served, config, status_document
+from tests.support.mqtt_status import FakeBoard, placement
+from tests.support.serving_server import Served, config, status_document
 from tests.support.snapshots import snapshot
 
 

@@ -11,9 +11,9 @@ from mcpd.governor.baseline import Baseline
 from mcpd.governor.loop import ControlLoop
 from mcpd.governor.loop_settings import LoopSettings
 from mcpd.sim import Simulator
-from tests.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
-from tests.fakesys import FakeSysfs
+from tests.support.boards import RK_A76_KHZ, RK_GPU_HZ, ina3221
 from tests.support.clock import FakeClock
+from tests.support.fakesys import FakeSysfs
 
 ZONE = "sys/devices/virtual/thermal/thermal_zone0/temp"
 INA_CURR = "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon1/curr1_input"

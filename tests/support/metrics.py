@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mcpd.serving.metrics import Exposition
 from mcpd.serving.statistics import Recorder, Timing
 from mcpd.snapshot import ModelStats, Statistics
-from tests.serving_server import status_document
+from tests.support.serving_server import status_document
 
 
 def recorded() -> Statistics:

@@ -14,7 +14,7 @@ import numpy as np
 from mcpd.config import ModelSection
 from mcpd.serving import backends
 from mcpd.serving.worker import ModelWorker, Pending
-from tests.serving_models import scale
+from tests.support.serving_models import scale
 
 
 class Gated:

@@ -1,6 +1,6 @@
 """A stand-in for rknn-toolkit2's `rknn.api.RKNN` (2.5.0) for the tests that run in CI: the real
 toolkit pins old numpy/onnx/torch and takes minutes to install, so it is tested behind the opt-in
-command in tests/test_optimize_rknn.py. This one keeps the contract mcpd's worker relies on
+command in tests/optimize/test_optimize_rknn.py. This one keeps the contract mcpd's worker relies on
 (mcpd/optimize/rknn_worker.py, docs/optimizer.md):
 
 - no method raises: failure is a non-zero return code (inference: None);
