@@ -25,14 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import safefs
 from mcpd.governor.cooling_health import BASELINE_WINDOWS, RECENT, Estimate, Health, Run
-from sensors.episodes import Episodes
+from mcpd.governor.state_file import StateFile
 
 log = logging.getLogger("mcpd.governor.cooling")
 
@@ -40,7 +38,6 @@ FILENAME = "cooling.json"
 _FORMAT = 1
 _LIMIT = 2**18
 BOARDS = 4
-SAVE_INTERVAL_S = 60.0
 _RANGES = {
     "r_c_per_w": (0.0, 1000.0),
     "tau_s": (0.0, 1e6),
@@ -53,40 +50,26 @@ class CoolingStore:
     """The health in one folder. Never raises: problems are logged and cost only the baseline."""
 
     def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
+        self.file = StateFile(folder, FILENAME, _LIMIT, "cooling baseline", log)
         self._saved: bytes | None = None
-        self._saved_at = float("-inf")
-        self._failing: Episodes[Path] = Episodes(say_changes=True)
 
     @property
     def path(self) -> Path:
-        return self.folder / FILENAME
+        return self.file.path
 
     def load(self, offset: float) -> dict[str, Health]:
         """Every health the file keeps, by fingerprint (as `key` writes it), its times moved to
         the loop's clock (Unix time less `offset`); none when there is no file or it is not
         usable (named in the log)."""
         try:
-            folder = safefs.open_folder(self.folder)
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            log.warning("cooling: folder %s: %s; learning the baseline again", self.folder, exc)
-            return {}
-        try:
-            document = safefs.read_json(folder, FILENAME, _LIMIT)
-            if document is None:
-                return {}
-            healths = parse(document, offset)
+            document = self.file.read()
+            return {} if document is None else parse(document, offset)
         except (OSError, ValueError) as exc:  # safefs.CorruptFileError is a ValueError
             log.warning("cooling %s: %s; learning the baseline again", self.path, exc)
             return {}
-        finally:
-            os.close(folder)
-        return healths
 
     def due(self, now: float) -> bool:
-        return now - self._saved_at >= SAVE_INTERVAL_S
+        return self.file.due(now)
 
     def keep(self, healths: Sequence[tuple[str, Health]], offset: float, now: float) -> bool:
         """Save the healths (by fingerprint, the one in use first; the first `BOARDS`) when the
@@ -97,20 +80,8 @@ class CoolingStore:
             return True
         if not self.due(now):
             return False
-        self._saved_at = now
-        try:
-            folder = safefs.open_folder(self.folder, create=True)
-            try:
-                safefs.write_file(folder, FILENAME, data)
-            finally:
-                os.close(folder)
-        except OSError as exc:
-            problem = f"{self.path}: {exc.strerror or exc}"
-            if self._failing.fail(self.path, problem):
-                log.warning("cooling baseline not saved (%s); retried in a minute", problem)
+        if not self.file.write(data, now):
             return False
-        if self._failing.succeed(self.path):
-            log.info("cooling baseline saved again to %s", self.path)
         self._saved = data
         return True
 

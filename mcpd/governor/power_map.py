@@ -24,20 +24,17 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import safefs
-from sensors.episodes import Episodes
+from mcpd.governor.state_file import StateFile
 
 log = logging.getLogger("mcpd.governor.power_map")
 
 FILENAME = "learned-power.json"
 _FORMAT = 1
 _LIMIT = 2**20
-SAVE_INTERVAL_S = 60.0
 CHANGE_TO_SAVE = 0.01
 """A known peak that moved by less than this fraction is not worth a write."""
 MAX_WATTS = 10_000.0
@@ -51,62 +48,38 @@ class PowerMapStore:
     head start."""
 
     def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
+        self.file = StateFile(folder, FILENAME, _LIMIT, "learned power", log)
         self.saved: dict[Caps, float] = {}
         """What the file holds (or was loaded from it)."""
-        self._saved_at = float("-inf")
-        self._failing: Episodes[Path] = Episodes(say_changes=True)
 
     @property
     def path(self) -> Path:
-        return self.folder / FILENAME
+        return self.file.path
 
     def load(self, fingerprint: Mapping[str, Any]) -> dict[Caps, float]:
         """The peaks learned on this board before; {} when there are none or they are not usable."""
         try:
-            folder = safefs.open_folder(self.folder)
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            log.warning("learned power: folder %s: %s; learning from scratch", self.folder, exc)
-            return {}
-        try:
-            document = safefs.read_json(folder, FILENAME, _LIMIT)
+            document = self.file.read()
             if document is None:
                 return {}
             peaks = parse(document, fingerprint)
         except (OSError, ValueError) as exc:  # safefs.CorruptFileError is a ValueError
             log.warning("learned power %s: %s; learning from scratch", self.path, exc)
             return {}
-        finally:
-            os.close(folder)
         self.saved = peaks
         log.info("learned power: %d levels from %s", len(peaks), self.path)
         return dict(peaks)
 
     def due(self, now: float) -> bool:
         """Whether the last save is a minute old (the caller need not gather anything before)."""
-        return now - self._saved_at >= SAVE_INTERVAL_S
+        return self.file.due(now)
 
     def keep(self, fingerprint: Mapping[str, Any], peaks: Mapping[Caps, float], now: float) -> None:
         """Save `peaks` when they changed and the last save is a minute old."""
         if not self.due(now) or not _news(peaks, self.saved):
             return
-        self._saved_at = now
-        try:
-            folder = safefs.open_folder(self.folder, create=True)
-            try:
-                safefs.write_file(folder, FILENAME, render(fingerprint, peaks))
-            finally:
-                os.close(folder)
-        except OSError as exc:
-            problem = f"{self.path}: {exc.strerror or exc}"
-            if self._failing.fail(self.path, problem):
-                log.warning("learned power not saved (%s); retried in a minute", problem)
-            return
-        if self._failing.succeed(self.path):
-            log.info("learned power saved again to %s", self.path)
-        self.saved = dict(peaks)
+        if self.file.write(render(fingerprint, peaks), now):
+            self.saved = dict(peaks)
 
 
 def _news(peaks: Mapping[Caps, float], saved: Mapping[Caps, float]) -> bool:
