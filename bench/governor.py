@@ -50,25 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from control_loop import SIM_PID, cpu_hog, nothing, simulated_board
 from serving import ROOT, LoadGenerator, mcpd_request, process, wait_for
 
-from mcpd.client import Client
 from mcpd.demo.build import resnet50
-from tests.support.daemon import mcpd_run
+from tests.support.daemon import mcpd_run, models_ready, status
 
 PYTHON = sys.executable
 Condition = Callable[[], AbstractContextManager[Callable[[], int]]]
-
-
-def ready(sock: Path) -> bool:
-    try:
-        with Client(str(sock), timeout=5) as client:
-            return client.model_ready("m")
-    except OSError:
-        return False
-
-
-def status(sock: Path) -> dict[str, Any]:
-    with Client(str(sock), timeout=30) as client:
-        return client.status()
 
 
 @contextmanager
@@ -87,7 +73,7 @@ def daemon(
     # or "the baseline" is this checkout again.
     env = {"PYTHONPATH": str(tree)} if tree is not None else None
     with process(mcpd_run(folder / "mcpd.toml", python=PYTHON), env, tree or ROOT):
-        wait_for(lambda: ready(sock), "mcpd")
+        wait_for(lambda: models_ready(sock, "m"), "mcpd")
         yield sock
 
 
@@ -221,7 +207,7 @@ def kill_under_load(model: Path, seconds: float) -> dict[str, Any]:
         os.kill(child, signal.SIGKILL)
         killed = time.monotonic()
         while True:
-            if ready(sock) and status(sock)["serving"]["pid"] not in (None, child):
+            if models_ready(sock, "m") and status(sock)["serving"]["pid"] not in (None, child):
                 break
             time.sleep(0.01)
         back_s = time.monotonic() - killed

@@ -27,16 +27,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.client import Client, ServerError
-from tests.support.daemon import RunningDaemon
+from tests.support.daemon import RunningDaemon, models_ready
 from tests.support.serving_models import heavy
-
-
-def ready(sock: Path) -> bool:
-    try:
-        with Client(str(sock), timeout=5) as client:
-            return client.model_ready("heavy")
-    except OSError:
-        return False
 
 
 def hang_ups(sock: Path, count: int, serving: psutil.Process, log: Path) -> dict[str, float]:
@@ -108,7 +100,7 @@ def main() -> None:
             f'[[models]]\nname = "broken"\npath = "{broken}"\n',
         )
         try:
-            daemon.wait_for(lambda: ready(sock), 120)
+            daemon.wait_for(lambda: models_ready(sock, "heavy"), 120)
             with Client(str(sock)) as client:
                 serving = psutil.Process(client.status()["serving"]["pid"])
             result = {

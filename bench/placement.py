@@ -46,20 +46,12 @@ from serving import LoadGenerator, mcpd_request, percentiles, process, wait_for
 from mcpd.client import Client
 from mcpd.demo.build import classifier, resnet50
 from mcpd.sim import MEMORY_DIR, STATE_FILE
-from tests.support.daemon import mcpd_run
+from tests.support.daemon import mcpd_run, models_ready
 
 PYTHON = sys.executable
 ARMS = ("auto", "off")
 SHAPES = {"small": (3, 160, 160), "resnet50": (3, 224, 224)}
 WARM_S = 3.0
-
-
-def ready(sock: Path) -> bool:
-    try:
-        with Client(str(sock), timeout=5) as client:
-            return client.model_ready("m")
-    except OSError:
-        return False
 
 
 @contextmanager
@@ -81,7 +73,7 @@ def daemon(folder: Path, root: Path, model: Path, placement: str) -> Iterator[Pa
         f'[[models]]\nname = "m"\npath = "{model}"\nmax_batch = 8\n'
     )
     with process(mcpd_run(folder / "mcpd.toml", python=PYTHON)):
-        wait_for(lambda: ready(sock), "mcpd")
+        wait_for(lambda: models_ready(sock, "m"), "mcpd")
         yield sock
 
 
