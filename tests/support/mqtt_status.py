@@ -13,7 +13,7 @@ from collections.abc import Callable
 from mcpd import config, status
 from mcpd.placement import plan
 from mcpd.serving.statistics import Recorder, Timing
-from mcpd.snapshot import DomainStatus, LastAction, ModelStats, Snapshot
+from mcpd.snapshot import CoolingStatus, DomainStatus, LastAction, ModelStats, Snapshot
 from sensors.topology import Cpu, CpuTopology
 
 DOMAINS = (("policy0", "cpufreq", 1510.4), ("17000000.gpu", "devfreq", 624.75))
@@ -54,6 +54,22 @@ class FakeBoard:
             latency = self.recorder.snapshot().latency
         celsius = self.base_c + (calls % 10)
         cap = 0.8 if calls % 2 else 1.0
+        # Past its first four windows, the baseline learned; its state goes round, so that a
+        # fleet's last messages have boards in more than one (the dashboard counts each).
+        cooling_state, drift = (("normal", 1.017), ("rising", 1.27), ("degraded", 1.312))[calls % 3]
+        cooling = CoolingStatus(
+            cooling_state,
+            r_c_per_w=round(6.41 * drift, 2),
+            tau_s=41.0,
+            intercept_c=0.4,
+            confidence=0.93,
+            baseline_c_per_w=6.41,
+            drift_ratio=drift,
+            since=None if cooling_state == "normal" else self.clock() - 9000,
+            updated=self.clock() - 600,
+            windows=5,
+            rejected=1,
+        )
         snapshot = Snapshot(
             ts=self.clock(),
             platform="jetson-orin",
@@ -72,6 +88,7 @@ class FakeBoard:
             profile="default",
             last_action=LastAction("lower", f"{celsius:.1f} °C ≥ 85.0 °C", self.clock()),
             batch={"demo": 4},
+            cooling=cooling,
         )
         models = {"demo": ModelStats(True, requests, 1, 3.2, 9.8, 2, latency=latency)}
         daemon: status.DaemonDoc = {
