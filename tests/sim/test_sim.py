@@ -385,58 +385,14 @@ def test_speed_compresses_thermal_time_not_power(tmp_path: Path) -> None:
 
 def test_state_file_and_sim_command(tmp_path: Path) -> None:
     root = tmp_path / "board"
+    sim = [sys.executable, "-m", "mcpd", "sim", "--profile", "rk3588", "--root", str(root)]
     bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mcpd",
-            "sim",
-            "--profile",
-            "rk3588",
-            "--root",
-            str(root),
-            "--fault",
-            "vanish:nope",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+        [*sim, "--fault", "vanish:nope"], capture_output=True, text=True, timeout=30
     )
     assert bad.returncode == 2 and "no such sensor" in bad.stderr
-    hot = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mcpd",
-            "sim",
-            "--profile",
-            "rk3588",
-            "--root",
-            str(root),
-            "--ambient",
-            "99",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    hot = subprocess.run([*sim, "--ambient", "99"], capture_output=True, text=True, timeout=30)
     assert hot.returncode == 2 and "--ambient 99: expected -40 to 60 °C" in hot.stderr
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mcpd",
-            "sim",
-            "--profile",
-            "rk3588",
-            "--root",
-            str(root),
-            "--speed",
-            "20",
-            "--ambient",
-            "40",
-        ]
-    )
+    process = subprocess.Popen([*sim, "--speed", "20", "--ambient", "40"])
     try:
         state_file = root / STATE_FILE
         deadline = 200
