@@ -147,6 +147,15 @@ class Planner:
         return make(config, self.topology, self.available)
 
 
+SPARE_FROM = 5
+"""Where the governor's core is also a fast one (every CPU alike), the models leave it to the
+governor and serving's loop only when this many fast cores are there: leaving it costs the models
+1/N of their cores, and sharing it a busy neighbour's toll (15 % of a core taken cost
+onnxruntime 21 % of its throughput on two cores, BENCHMARKS "What another process's CPU costs
+onnxruntime"); on a quiet 2-core machine leaving it gave 0.66x the requests/s of free placement
+("Placement on two cores")."""
+
+
 def make(config: Config, topology: CpuTopology, available: Iterable[int]) -> Plan:
     """The plan for `config` on `topology`; `available` is where this process may actually run
     (this machine's CPUs), against which each part is applied or skipped."""
@@ -168,7 +177,7 @@ def make(config: Config, topology: CpuTopology, available: Iterable[int]) -> Pla
     fast = [cpu for cpu in cpus if performance[cpu.number] >= FAST_WITHIN * best]
     efficient = [cpu for cpu in cpus if performance[cpu.number] == slowest]
     governor = efficient[0]
-    pool = _models_cores(fast, governor)
+    pool = _models_cores(fast, governor, SPARE_FROM)
     pool_cpus = {member for core in pool for member in _by_number(cpus)[core].siblings}
     loop = next(
         (cpu.number for cpu in efficient[1:] if cpu.number not in pool_cpus), governor.number
@@ -203,13 +212,14 @@ def _by_number(cpus: list[Cpu]) -> dict[int, Cpu]:
     return {cpu.number: cpu for cpu in cpus}
 
 
-def _models_cores(fast: list[Cpu], governor: Cpu) -> list[int]:
-    """The fast physical cores, each named by its first usable thread, the governor's left out
-    while others remain, on the NUMA node that has the most of them (the lowest on a tie)."""
+def _models_cores(fast: list[Cpu], governor: Cpu, spare_from: int) -> list[int]:
+    """The fast physical cores, each named by its first usable thread, on the NUMA node that has
+    the most of them (the lowest on a tie); the governor's left out when at least `spare_from`
+    fast cores are there."""
     first: dict[int, Cpu] = {}
     for cpu in fast:  # by number: a core's first usable thread comes first
         first.setdefault(cpu.core, cpu)
-    if len(first) > 1:
+    if len(first) >= spare_from:  # where the governor's is not a fast core, nothing to leave
         first.pop(governor.core, None)
     counts: dict[int | None, int] = {}
     for cpu in first.values():

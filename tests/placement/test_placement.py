@@ -72,11 +72,19 @@ def test_the_numa_server_places_models_on_one_node(tmp_path: Path) -> None:
     assert made.models["m0"].thread_cpus == tuple(range(8, 16))  # node 1's cores, no siblings
 
 
-def test_two_cpus_alike_the_daemon_on_one_the_model_on_the_other() -> None:
-    made = plan.make(models({}), alike(2), {0, 1})
+@pytest.mark.parametrize("count", [2, 4])
+def test_a_few_cpus_alike_the_models_keep_every_one_and_the_daemon_shares_the_first(
+    count: int,
+) -> None:
+    """Leaving CPU 0 to the daemon cost the model a core: 0.66x the requests/s of free placement
+    on a quiet 2-core machine; from five cores alike it is left (the Orin Nano above)."""
+    made = plan.make(models({}), alike(count), set(range(count)))
     assert made.governor.cpus == made.serving_loop.cpus == (0,)
-    assert made.models["m0"].thread_cpus == (1,)
-    assert made.note.startswith("every CPU alike: the governor on CPU 0 with serving's loop")
+    assert made.models["m0"].thread_cpus == tuple(range(count))
+    assert made.note == (
+        "every CPU alike: the governor on CPU 0 with serving's loop, "
+        f"models on 0-{count - 1}, a thread per physical core"
+    )
 
 
 def test_one_cpu_is_shared_by_everything() -> None:
