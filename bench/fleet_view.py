@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcpd.ctl import fleet_store
 from mcpd.ctl.fleet_view import FleetView
 from mcpd.telemetry import encoder
-from tests.support.engines import VictoriaMetrics, missing
+from tests.support.engines import missing
 from tests.support.fleet_series import board_series
 from tests.support.mqtt_status import FakeBoard
+from tests.support.stores import VictoriaMetrics
 
 FOLLOWED = 20_000
 TOP = 50
@@ -117,7 +118,7 @@ def main() -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     with (
         tempfile.TemporaryDirectory(prefix="mcpd-bench-fleet-") as folder,
-        VictoriaMetrics(Path(folder) / "vm") as vm,
+        VictoriaMetrics(Path(folder) / "vm", cache=True) as vm,
     ):
         filled = 0
         for n in sizes:

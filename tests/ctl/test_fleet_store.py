@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from mcpd.ctl import main
-from tests.support.engines import VictoriaMetrics, missing
+from tests.support.engines import missing
 from tests.support.fleet_series import board_series
 from tests.support.mqtt_broker import Mosquitto, mosquitto_binary, publishing, recording, settings
+from tests.support.stores import VictoriaMetrics
 
 pytestmark = pytest.mark.skipif(
     missing("victoria-metrics") is not None, reason=missing("victoria-metrics") or ""

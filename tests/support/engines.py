@@ -1,13 +1,9 @@
 """Real engines for the tests and the benchmarks, from their Debian packages (tests/run installs
-them), each on free loopback ports: the process machinery, a TCP balancer (haproxy) and a
-time-series store (VictoriaMetrics, vmagent). The MQTT broker clusters are in tests/support/mqtt_clusters.py.
+them), each on free loopback ports: the process machinery and a TCP balancer (haproxy). The MQTT
+broker clusters are in tests/support/mqtt_clusters.py, the time-series stores (VictoriaMetrics,
+Prometheus, vmagent) in tests/support/stores.py.
 
     with Haproxy(tmp_path, [n.port for n in cluster.nodes]) as lb:  # lb.port, lb.address
-    with VictoriaMetrics(tmp_path) as vm:                           # vm.url, vm.write_url
-        vm.import_prometheus('mcpd_temperature_celsius{device="b1"} 71.5 1767225600000\n')
-        vm.query("mcpd_temperature_celsius")                        # [(labels, value), ...]
-        vm.kill()                                                   # kill -9
-    with VmAgent(tmp_path, [vm.write_url, other.write_url]) as agent:  # agent.write_url
 
 Every engine starts its processes in `start()` (or `with`), waits until they answer, and ends them
 in `stop()`; a process that exits early, or does not answer within START_S, is an EngineError with
@@ -17,7 +13,6 @@ or None: tests skip with that reason, and only then.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -182,85 +177,6 @@ class Haproxy(Engine):
     def start(self) -> None:
         self._process.start()
         self._process.wait_until(lambda: listening(self.port))
-
-    def stop(self) -> None:
-        self._process.stop()
-
-
-class VictoriaMetrics(Engine):
-    """A single-node VictoriaMetrics 1.79. `-search.latencyOffset 0s`: by default it hides the
-    last 30 s of samples from queries."""
-
-    def __init__(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://{LOOPBACK}:{self.port}"
-        command = [
-            binary("victoria-metrics") or "victoria-metrics",
-            f"-httpListenAddr={LOOPBACK}:{self.port}",
-            f"-storageDataPath={folder}/data",
-            "-search.latencyOffset=0s",
-            "-loggerLevel=WARN",
-        ]
-        self._process = Process("victoria-metrics", command, folder / "log")
-
-    @property
-    def write_url(self) -> str:
-        """Prometheus remote-write 1.0 (protobuf, snappy)."""
-        return f"{self.url}/api/v1/write"
-
-    def start(self) -> None:
-        self._process.start()
-        self._process.wait_until(lambda: answers(f"{self.url}/health"))
-
-    def stop(self) -> None:
-        self._process.stop()
-
-    def kill(self) -> None:
-        self._process.stop(signal.SIGKILL)
-
-    def import_prometheus(self, text: str) -> None:
-        """Samples in the Prometheus text format (timestamps in ms), searchable on return."""
-        request = urllib.request.Request(
-            f"{self.url}/api/v1/import/prometheus", data=text.encode(), method="POST"
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            if answer.status != 204:
-                raise EngineError(f"import answered {answer.status}")
-        with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=10):
-            pass
-
-    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
-        address = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-        with urllib.request.urlopen(address, timeout=10) as answer:
-            result = json.loads(answer.read())["data"]["result"]
-        return [(dict(r["metric"]), float(r["value"][1])) for r in result]
-
-
-class VmAgent(Engine):
-    """vmagent replicating every sample written to it to each of `urls` (remote write), with a
-    queue on disk for a store that is down."""
-
-    def __init__(self, folder: Path, urls: list[str]) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://{LOOPBACK}:{self.port}"
-        command = [
-            binary("vmagent") or "vmagent",
-            f"-httpListenAddr={LOOPBACK}:{self.port}",
-            f"-remoteWrite.tmpDataPath={folder}/queue",
-            "-loggerLevel=WARN",
-            *(f"-remoteWrite.url={url}" for url in urls),
-        ]
-        self._process = Process("vmagent", command, folder / "log")
-
-    @property
-    def write_url(self) -> str:
-        return f"{self.url}/api/v1/write"
-
-    def start(self) -> None:
-        self._process.start()
-        self._process.wait_until(lambda: answers(f"{self.url}/health"))
 
     def stop(self) -> None:
         self._process.stop()

@@ -114,9 +114,12 @@ class Engine:
 class VictoriaMetrics(Engine):
     name = "victoria-metrics"
 
-    def __init__(self, folder: Path, *, dedup: bool = True) -> None:
+    def __init__(self, folder: Path, *, dedup: bool = True, cache: bool = False) -> None:
         super().__init__(folder)
         self.dedup = dedup
+        self.cache = cache
+        """Off for the tests (what was just written is asked for at once); on where a bench
+        times queries as an operator's store answers them."""
 
     @property
     def write_url(self) -> str:
@@ -128,7 +131,7 @@ class VictoriaMetrics(Engine):
             f"-storageDataPath={self.folder / 'data'}",
             # The newest 30 s are hidden from queries by default (for scrapes still arriving).
             "-search.latencyOffset=0s",
-            "-search.disableCache",
+            *([] if self.cache else ["-search.disableCache"]),
             "-retentionPeriod=100y",
             # One sample per series and millisecond: a sample written twice (an ingest process
             # killed after the store took a request and before it acknowledged it) is stored
@@ -140,6 +143,16 @@ class VictoriaMetrics(Engine):
     def flush(self) -> None:
         with urllib.request.urlopen(self.url + "/internal/force_flush", timeout=10):
             pass
+
+    def import_prometheus(self, text: str) -> None:
+        """Samples in the Prometheus text format (timestamps in ms), searchable on return."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/import/prometheus", data=text.encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            if answer.status != 204:
+                raise RuntimeError(f"import answered {answer.status}")
+        self.flush()
 
 
 class Prometheus(Engine):
