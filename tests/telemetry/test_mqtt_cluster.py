@@ -265,8 +265,12 @@ def node_loss(cluster: Cluster, tmp_path: Path) -> None:
             # Its retained messages are kept on disk (ejabberd keeps them on the node they were
             # published on), but the board's `online` has expired. (NATS, MQTT 3.1.1, has no
             # expiry; and after losing a node it gave a new subscriber all, some or none of the
-            # retained messages within 15 s, run to run.)
-            assert retained_on(cluster.nodes[killed], cluster) == {KEPT: b"kept"}
+            # retained messages within 15 s, run to run.) Once in five full runs here, ejabberd
+            # restarting the node sent the dead session's Will, a retained `offline`: true of the
+            # board, and no `online` either way.
+            retained = retained_on(cluster.nodes[killed], cluster)
+            assert retained.pop(f"mcpd/{VICTIM}/status", b"offline") == b"offline"
+            assert retained == {KEPT: b"kept"}
     report(cluster, consumer.messages, (killed_at, stopped_at), offline_at, reconnected)
     assert on_victim_node and set(on_victim_node) <= reconnected, on_victim_node
 
