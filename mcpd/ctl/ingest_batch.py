@@ -14,19 +14,22 @@ order, so a board's series have their samples in time order across the request, 
 one after another: a store that refuses out-of-order samples (a Prometheus without
 `out_of_order_time_window`) takes everything one ingest process sends it.
 
-A board's series are the same every second, so its request is made once, as a template with a
-sample per series: each message of the board is that template parsed and its samples' values and
-time set: 1.6 times the messages a second of labelling and grouping every sample anew (median of
-3 runs of 5 rounds of 2 000 boards' messages, side by side, parsing included; BENCHMARKS.md,
-"mcpctl ingest").
+Boards of one kind send messages of one shape (their runs of series: the same names and labels
+but `instance`), and a board's shape stays from second to second, so the request of a shape is
+made once, with a sample per series, and kept as protobuf's objects: a message of that shape sets
+the series' `instance`, the samples' values and time, and serializes it. A fleet has a few
+shapes whatever its size, so this costs tens of kB a shape, not a board (a group's members
+each see the whole fleet through a shared subscription). Against a serialized template per board
+parsed anew for each message the encoding took half the time, against labelling and grouping
+every sample anew a third (BENCHMARKS.md, "mcpctl ingest").
 """
 
 from __future__ import annotations
 
 import cramjam
 
-from mcpd.ctl.ingest_samples import Key, Message
-from mcpd.ctl.remote_write_pb2 import Label, Sample, TimeSeries, WriteRequest
+from mcpd.ctl.ingest_samples import Message, Run
+from mcpd.ctl.remote_write_pb2 import Label, Sample, WriteRequest
 
 CONTENT_TYPE = "application/x-protobuf"
 ENCODING = "snappy"
@@ -34,44 +37,59 @@ VERSION = "0.1.0"
 """X-Prometheus-Remote-Write-Version of the 1.0 specification."""
 
 
-class Templates:
-    """Each board's last list of series and its request, serialized. Bounded: past `limit`
-    boards it starts again (one message a board to make each again), rather than grow."""
+class Template:
+    """A shape's request and the parts a message sets, in the order of its values."""
 
-    def __init__(self, job: str, limit: int = 100_000) -> None:
+    def __init__(self, request: WriteRequest, instances: list[Label]) -> None:
+        self.request = request
+        self.instances = instances
+        self.samples: list[Sample] = [series.samples[0] for series in request.timeseries]
+
+    def serialize(self, message: Message) -> bytes:
+        for label in self.instances:
+            label.value = message.device
+        for sample, value in zip(self.samples, message.values, strict=True):
+            sample.value = value
+            sample.timestamp = message.ts_ms
+        return self.request.SerializeToString()
+
+
+class Templates:
+    """A template for each shape of message seen. Bounded: past `limit` shapes (boards that
+    all differ: a test fleet, a broken sender) it starts again rather than grow."""
+
+    def __init__(self, job: str, limit: int = 1024) -> None:
         self.job = job
         self.limit = limit
-        self._boards: dict[str, tuple[list[Key], bytes]] = {}
+        self._shapes: dict[tuple[Run, ...], Template] = {}
 
-    def __call__(self, device: str, keys: list[Key]) -> bytes:
-        known = self._boards.get(device)
-        if known is not None and known[0] == keys:
-            return known[1]
-        template = WriteRequest(
-            timeseries=[
-                TimeSeries(labels=self._labels(device, key), samples=[Sample()]) for key in keys
-            ]
-        ).SerializeToString()
-        if len(self._boards) >= self.limit:
-            self._boards.clear()
-        self._boards[device] = (keys, template)
+    def __call__(self, runs: list[Run]) -> Template:
+        shape = tuple(runs)
+        template = self._shapes.get(shape)
+        if template is None:
+            if len(self._shapes) >= self.limit:
+                self._shapes.clear()
+            template = self._shapes[shape] = self._made(shape)
         return template
 
-    def _labels(self, device: str, key: Key) -> list[Label]:
-        name, names, values = key
-        labels = {**dict(zip(names, values, strict=True)), "instance": device, "job": self.job}
-        labels["__name__"] = name
-        return [Label(name=k, value=labels[k]) for k in sorted(labels)]
+    def _made(self, shape: tuple[Run, ...]) -> Template:
+        request = WriteRequest()
+        instances = []
+        for name, names, label_sets in shape:
+            for values in label_sets:
+                labels = {**dict(zip(names, values, strict=True)), "job": self.job}
+                labels["__name__"] = name
+                labels["instance"] = ""  # the message's device
+                series = request.timeseries.add(
+                    labels=[Label(name=k, value=labels[k]) for k in sorted(labels)],
+                    samples=[Sample()],
+                )
+                instances.append(next(x for x in series.labels if x.name == "instance"))
+        return Template(request, instances)
 
 
 def encode(messages: list[Message], templates: Templates) -> bytes:
     """The request's body: a WriteRequest, snappy-compressed."""
-    parts = []
-    for message in sorted(messages, key=lambda m: m.ts_ms):  # stable: arrival order at one time
-        request = WriteRequest.FromString(templates(message.device, message.keys))
-        for timeseries, value in zip(request.timeseries, message.values, strict=True):
-            sample = timeseries.samples[0]
-            sample.value = value
-            sample.timestamp = message.ts_ms
-        parts.append(request.SerializeToString())
-    return bytes(cramjam.snappy.compress_raw(b"".join(parts)))
+    ordered = sorted(messages, key=lambda m: m.ts_ms)  # stable: arrival order at one time
+    body = b"".join([templates(message.runs).serialize(message) for message in ordered])
+    return bytes(cramjam.snappy.compress_raw(body))

@@ -30,7 +30,9 @@ SCHEMA = 1
 Key = tuple[str, tuple[str, ...], tuple[str, ...]]
 """A series of one board: (name, label names, label values); `instance` and `job` are the
 writer's."""
-UP: Key = ("up", (), ())
+Run = tuple[str, tuple[str, ...], tuple[tuple[str, ...], ...]]
+"""Series of one name side by side: (name, label names, each one's label values)."""
+UP: Run = ("up", (), ((),))
 
 
 class NotTelemetry(ValueError):
@@ -44,11 +46,16 @@ class Message:
     """None for a status change, which has no number."""
     ts_ms: int
     """Milliseconds since the Unix epoch, remote write's unit."""
-    keys: list[Key]
+    runs: list[Run]
     """Its series, in the same order every time for a board whose sensors, domains and models
-    stay (mcpd/ctl/ingest_batch.py keeps each board's last list)."""
+    stay (mcpd/ctl/ingest_batch.py keeps each board's last list): a run a name, as the mapping
+    gives them, so that a message costs a tuple a name, not one a series."""
     values: list[float]
-    """One per key."""
+    """One per series."""
+
+    def series(self) -> list[Key]:
+        """Its series one by one, in the order of `values`."""
+        return [(name, labels, values) for name, labels, sets in self.runs for values in sets]
 
 
 def _count(value: object) -> bool:
@@ -96,12 +103,12 @@ def telemetry(device: str, payload: bytes) -> Message:
         ]
     except (AttributeError, TypeError, ValueError) as exc:  # a document of the wrong shape
         raise NotTelemetry(f"not a status document ({exc})") from None
-    keys, numbers = [UP], [1.0]
+    runs, numbers = [UP], [1.0]
     for family in families:
-        for name, labels, rows in series(family):
-            keys += [(name, labels, values) for values, _ in rows]
-            numbers += [value for _, value in rows]
-    return Message(device, seq, round(ts * 1000), keys, numbers)
+        for name, labels, label_sets, values in series(family):
+            runs.append((name, labels, label_sets))
+            numbers += values
+    return Message(device, seq, round(ts * 1000), runs, numbers)
 
 
 def status(device: str, payload: bytes, now: float) -> Message | None:

@@ -34,7 +34,7 @@ def exposed(family: Family) -> Metric:
             family.name, family.help, labels=list(family.labels), unit=family.unit
         )
         buckets: dict[tuple[str, ...], list[tuple[str, float]]] = {}
-        for values, count in family.rows:
+        for values, count in family.samples():
             buckets.setdefault(values[:-1], []).append((values[-1], count))
         for values, total in family.sums:
             metric.add_metric(list(values), buckets[values], total)
@@ -42,7 +42,7 @@ def exposed(family: Family) -> Metric:
     if family.kind == "info":
         metric = InfoMetricFamily(family.name, family.help, labels=list(family.labels))
         split = len(family.labels)
-        for values, _ in family.rows:
+        for values in family.label_sets:
             metric.add_metric(
                 list(values[:split]), dict(zip(family.keys, values[split:], strict=True))
             )
@@ -53,7 +53,7 @@ def exposed(family: Family) -> Metric:
         metric = GaugeMetricFamily(
             family.name, family.help, labels=list(family.labels), unit=family.unit
         )
-    for values, value in family.rows:
+    for values, value in family.samples():
         metric.add_metric(list(values), value)
     return metric
 

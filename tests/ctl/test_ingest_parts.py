@@ -38,7 +38,7 @@ def message(device: str = "b1", seq: int = 7, ts: float = 1767225600.125, **extr
 def by_series(m: Message) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (n, tuple(zip(names, values, strict=True))): v
-        for (n, names, values), v in zip(m.keys, m.values, strict=True)
+        for (n, names, values), v in zip(m.series(), m.values, strict=True)
     }
 
 
@@ -88,7 +88,7 @@ def test_what_is_not_telemetry_of_the_topics_board_is_refused(payload: bytes, wh
 
 def test_model_counters_that_are_not_numbers_leave_the_model_out() -> None:
     m = telemetry("b1", message(inference={"demo": {"ready": True, "requests": None}}))
-    assert not [key for key in m.keys if key[0].startswith("mcpd_inference_")]
+    assert not [key for key in m.series() if key[0].startswith("mcpd_inference_")]
 
 
 HISTOGRAMS = ("mcpd_inference_request_duration_seconds", "mcpd_inference_compute_duration_seconds")
@@ -128,13 +128,13 @@ def test_a_model_without_whole_histograms_has_no_histogram_series() -> None:
         doc = json.loads(message())["inference"]
         doc["demo"]["latency"] = broken
         m = telemetry("b1", message(inference=doc))
-        assert not [key for key in m.keys if key[0].startswith(HISTOGRAMS)]
-        assert len(m.keys) == len(demo.keys) - 2 * (15 + 2)
+        assert not [key for key in m.series() if key[0].startswith(HISTOGRAMS)]
+        assert len(m.series()) == len(demo.series()) - 2 * (15 + 2)
 
 
 def test_offline_is_up_0_at_arrival_and_online_says_nothing() -> None:
     down = status("b1", b"offline", now=1000.5)
-    assert down == Message("b1", None, 1000500, [("up", (), ())], [0.0])
+    assert down == Message("b1", None, 1000500, [("up", (), ((),))], [0.0])
     assert status("b1", b"online", now=1000.5) is None
 
 
@@ -172,7 +172,7 @@ def test_a_request_has_every_series_labels_sorted_samples_in_time_order() -> Non
     other = telemetry("b2", message(device="b2", seq=1, ts=1767225600.5))
     templates = Templates("fleet")
     request = decoded(encode([late, other, early], templates))
-    assert len(request.timeseries) == len(late.keys) + len(early.keys) + len(other.keys)
+    assert len(request.timeseries) == len(late.values) + len(early.values) + len(other.values)
     stamps: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for timeseries in request.timeseries:
         names = [label.name for label in timeseries.labels]
@@ -192,6 +192,24 @@ def test_a_request_has_every_series_labels_sorted_samples_in_time_order() -> Non
         if {label.value for label in t.labels} == {"mcpd_temperature_celsius", "b1", "fleet"}
     ]  # fmt: skip
     assert [(s.value, s.timestamp) for s in only.samples] == [(70.5, 1767225602000)]
+
+
+def test_a_board_whose_series_change_is_written_with_its_new_series() -> None:
+    """Boards of one shape share a template; one that gains a sensor has a shape of its own,
+    and past the limit of shapes the templates start again rather than grow."""
+    templates = Templates("fleet", limit=2)
+    plain = telemetry("b1", message(seq=1))
+    more = telemetry("b2", message(device="b2", seq=1, temperatures={"extra": 41.5}))
+    body = decoded(encode([plain, more], templates))
+    sensors = {
+        (labels["instance"], labels.get("sensor"))
+        for labels in ({x.name: x.value for x in t.labels} for t in body.timeseries)
+        if labels["__name__"] == "mcpd_sensor_temperature_celsius"
+    }
+    assert ("b2", "extra") in sensors and ("b1", "extra") not in sensors
+    odd = telemetry("b3", message(device="b3", seq=1, temperatures={"odd": 1.0}))
+    assert len(decoded(encode([odd], templates)).timeseries) == len(odd.values)
+    assert len(templates._shapes) == 1  # the third shape: started again
 
 
 class Store:
