@@ -8,6 +8,7 @@ the real daemon, idle and with the server at full load.
     .venv/bin/python bench/serving.py --baseline-tree DIR  # DIR's server beside this one
     .venv/bin/python bench/serving.py --max-batch 32       # and this one's with max_batch 32
     .venv/bin/python bench/serving.py --runtime openvino [--precision f32|bf16] [--concurrency 8]
+    .venv/bin/python bench/serving.py --runtime openvino --streams 2 [--model resnet50]
 
 The models run on onnxruntime's CPU provider, or with `--runtime openvino` on mcpd's OpenVINO
 backend, which reads the same ONNX files (`backend = "openvino"`, not converted to IR: the file is
@@ -16,7 +17,12 @@ and the precision is the config's `[models.openvino] precision`, from `--precisi
 one stored in an IR). The in-process reference is then the same compiled model: compiled by the
 backend's open_compiled with the same OpenVinoOptions (the precision hint; threads 0, OpenVINO's
 default; one stream, the LATENCY hint) and run through one inference request as the backend's
-`run` does. The report gives OpenVINO's version, the precision asked for, the CPU's flags and
+`run` does. With `--streams N`, a second server of this tree compiles the model to N streams
+("streams_N", "streams_N_shm"; `[models.openvino] streams`, so it runs N batches at once), its
+slices paired with that compiled model in-process at its own best batch, N inference requests
+each looping on a thread of its own as the server's worker threads do (its sweep and best batch
+under "streams_N"; "in_process_best_streams_N" beside "in_process_best" in each cell, so that
+either server can be read against either configuration's best). The report gives OpenVINO's version, the precision asked for, the CPU's flags and
 OpenVINO's capabilities ("openvino"), and per model what it compiled to in-process
 ("openvino_in_process": precision in force, threads, streams) and served ("openvino_served":
 /metrics' backend labels, and how far one answer through mcpd.client over the socket and one
@@ -32,7 +38,9 @@ its slices paired with an in-process slice like this tree's ("before", "before_s
 drifting over minutes falls on all of them alike. For every
 mcpd server, `loop_cpu_us_per_request` is the CPU time its event-loop thread spent per request:
 the HTTP layer's cost, which a machine busy with other work stretches in wall time but hardly
-changes, unlike the throughput ratios.
+changes, unlike the throughput ratios; `batches` counts the batches it ran during the served
+slices, by size (its statistics extension). `--model` measures one model alone, without the
+control loop.
 
 "mcpd" sends the input in the body (binary tensor data), "mcpd_shm" through a registered system
 shared memory region. The load generator is a closed loop of C connections (asyncio, pre-encoded requests, a minimal
@@ -61,7 +69,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -129,37 +139,76 @@ class Runtime:
 
     openvino: OpenVinoOptions | None = None
 
+    def with_streams(self, streams: int) -> Runtime:
+        assert self.openvino is not None, "streams are OpenVINO's"
+        return Runtime(dataclasses.replace(self.openvino, streams=streams))
+
     def table(self) -> dict[str, Any]:
         """The model's [[models]] keys that pick it (none for onnxruntime: the servers' default)."""
         if self.openvino is None:
             return {}
-        return {"backend": "openvino", "openvino": dataclasses.asdict(self.openvino)}
+        # Only the keys set away from their defaults: a --baseline-tree older than a key reads it.
+        default = dataclasses.asdict(OpenVinoOptions())
+        keys = {k: v for k, v in dataclasses.asdict(self.openvino).items() if v != default[k]}
+        return {"backend": "openvino", "openvino": keys}
 
-    def open(self, path: Path) -> tuple[Infer, dict[str, object]]:
+    def open(self, path: Path) -> InProcess:
         """The model in-process, and for OpenVINO what it was compiled to, read back: compiled by
-        the backend's own open_compiled with the served settings (one stream), so that in-process
-        runs the very model that serves, through one inference request as the backend's `run`."""
+        the backend's own open_compiled with the served settings, so that in-process runs the
+        very model that serves, through an inference request per stream as the backend's `run`
+        on each of the worker's threads."""
         if self.openvino is None:
             session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            return lambda x: session.run(None, {"image": x}), {}
+            return InProcess([lambda x: session.run(None, {"image": x})], {})
         compiled = open_compiled(path, self.openvino)
-        request = compiled.create_infer_request()
+        parallel = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        requests = [compiled.create_infer_request() for _ in range(parallel)]
         compiled_as = {
             "precision": precision_in_force(compiled),
             "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),
             "streams": int(compiled.get_property("NUM_STREAMS")),
         }
-        return lambda x: list(request.infer([x]).to_tuple()), compiled_as
+        runs: list[Infer] = [
+            lambda x, request=request: list(request.infer([x]).to_tuple()) for request in requests
+        ]
+        return InProcess(runs, compiled_as)
+
+
+@dataclass(frozen=True)
+class InProcess:
+    runs: list[Infer]
+    """One per inference that may be in flight at once (OpenVINO's streams; one otherwise)."""
+    compiled_as: dict[str, object]
+
+    def infer(self, x: np.ndarray) -> list[np.ndarray]:
+        return self.runs[0](x)
+
+    def rate(self, x: np.ndarray, seconds: float) -> tuple[float, list[float]]:
+        """Images/s with every run looping on `x` at once, each on a thread of its own, as the
+        served worker's threads run batches; and the time of each inference."""
+        if len(self.runs) == 1:
+            times = timed(lambda: self.infer(x), seconds)
+            return len(x) * len(times) / sum(times), times
+        each: list[list[float]] = [[] for _ in self.runs]
+        threads = [
+            threading.Thread(target=lambda r=run, out=out: out.extend(timed(lambda: r(x), seconds)))
+            for run, out in zip(self.runs, each, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return sum(len(x) * len(t) / sum(t) for t in each), [t for out in each for t in out]
 
 
 def in_process(
-    infer: Infer, model: Model, seconds: float, batches: tuple[int, ...]
+    reference: InProcess, model: Model, seconds: float, batches: tuple[int, ...]
 ) -> dict[int, Load]:
     result = {}
     for batch in batches:
         x = np.random.default_rng(0).random((batch, *model.shape), np.float32)
-        times = timed(lambda x=x: infer(x), seconds)
-        result[batch] = Load(batch * len(times) / sum(times), *percentiles(times))
+        rate, times = reference.rate(x, seconds)
+        result[batch] = Load(rate, *percentiles(times))
     return result
 
 
@@ -505,7 +554,45 @@ class Options:
     """This checkout's server on uvloop."""
     max_batch: int | None = None
     """A second server of this checkout, with this max_batch instead of the best batch."""
+    streams: int | None = None
+    """A server of this checkout compiling the model to this many OpenVINO streams, each batch of
+    its slices paired with the same compiled model in-process at its own best batch."""
     runtime: Runtime = Runtime()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A compiled configuration in-process at its best batch: what a server's slices are paired
+    with."""
+
+    model: InProcess
+    batch: np.ndarray
+    label: str
+
+
+@dataclass(frozen=True)
+class Target:
+    connect: Callable[[], Any]
+    request: bytes
+    server: Server | None
+    """The mcpd server measured (its event loop's CPU, its batches); None for the peer."""
+    reference: Reference
+
+
+def reference(
+    runtime: Runtime, model: Model, x: np.ndarray, seconds: float, label: str
+) -> tuple[Reference, dict[str, object]]:
+    """The model compiled as `runtime` says, in-process at its best batch, and its sweep."""
+    compiled = runtime.open(model.path)
+    sweep = in_process(compiled, model, seconds, model.batches)
+    best = max(sweep, key=lambda b: sweep[b].throughput)
+    report: dict[str, object] = {
+        "in_process_sweep": {b: round(load.throughput, 1) for b, load in sweep.items()},
+        "best_batch": best,
+    }
+    if compiled.compiled_as:
+        report["openvino_in_process"] = compiled.compiled_as
+    return Reference(compiled, np.repeat(x, best, axis=0), label), report
 
 
 def bench_model(model: Model, folder: Path, options: Options) -> dict[str, object]:
@@ -517,16 +604,8 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
     slices, seconds = options.slices, options.seconds
     seconds *= model.seconds_factor
     x = np.random.default_rng(1).random((1, *model.shape), np.float32)
-    infer, compiled_as = options.runtime.open(model.path)
-    sweep = in_process(infer, model, seconds, model.batches)
-    best = max(sweep, key=lambda b: sweep[b].throughput)
-    batch = np.repeat(x, best, axis=0)
-    result: dict[str, object] = {
-        "in_process_sweep": {b: round(load.throughput, 1) for b, load in sweep.items()},
-        "best_batch": best,
-    }
-    if compiled_as:
-        result["openvino_in_process"] = compiled_as
+    main, result = reference(options.runtime, model, x, seconds, "in_process_best")
+    best = len(main.batch)
     table = options.runtime.table()
     # tritonclient's check, over a TCP listener (OpenVINO only: onnxruntime's report is as before).
     http = f"127.0.0.1:{_port()}" if options.runtime.openvino else ""
@@ -536,57 +615,75 @@ def bench_model(model: Model, folder: Path, options: Options) -> dict[str, objec
             mcpd_server(model, best, folder, uvloop=options.uvloop, table=table, http=http)
         )
         if http:
-            result["openvino_served"] = clients(this.sock, http, x, infer(x)[0])
-        # name: how to connect, the request, the server process whose event loop is measured
-        targets: dict[str, tuple[Callable[[], Any], bytes, int | None]] = {}
-        served_here = [("", this)]
+            result["openvino_served"] = clients(this.sock, http, x, main.model.infer(x)[0])
+        targets: dict[str, Target] = {}
+        # label, server, the in-process configuration its slices are paired with
+        served_here = [("", this, main)]
         if options.baseline is not None:
             before = servers.enter_context(
                 mcpd_server(model, best, folder, options.baseline, "-before", table=table)
             )
-            served_here.insert(0, ("before", before))
+            served_here.insert(0, ("before", before, main))
         if options.max_batch is not None:
             label = f"max_batch_{options.max_batch}"
             wide = servers.enter_context(
                 mcpd_server(model, options.max_batch, folder, ROOT, label, table=table)
             )
-            served_here.append((label, wide))
-        for label, server in served_here:
+            served_here.append((label, wide, main))
+        if options.streams is not None:
+            label = f"streams_{options.streams}"
+            runtime = options.runtime.with_streams(options.streams)
+            streamed, result[label] = reference(
+                runtime, model, x, seconds, f"in_process_best_{label}"
+            )
+            server = servers.enter_context(
+                mcpd_server(model, len(streamed.batch), folder, ROOT, label, table=runtime.table())
+            )
+            served_here.append((label, server, streamed))
+        for label, server, paired in served_here:
 
             def connect(sock: str = server.sock) -> Any:
                 return asyncio.open_unix_connection(sock)
 
             shm = servers.enter_context(shm_request(server.sock, x))
-            targets[label or "mcpd"] = (connect, mcpd_request(x), server.pid)
-            targets[f"{label or 'mcpd'}_shm"] = (connect, shm, server.pid)
+            targets[label or "mcpd"] = Target(connect, mcpd_request(x), server, paired)
+            targets[f"{label or 'mcpd'}_shm"] = Target(connect, shm, server, paired)
         if options.peer:
             port = servers.enter_context(peer_server(model))
-            targets["peer"] = (
-                lambda: asyncio.open_connection("127.0.0.1", port),
-                peer_request(x),
-                None,
+            targets["peer"] = Target(
+                lambda: asyncio.open_connection("127.0.0.1", port), peer_request(x), None, main
             )
         for c in options.concurrency:
             generators = {
-                name: LoadGenerator(connect, request, c)
-                for name, (connect, request, _) in targets.items()
+                name: LoadGenerator(target.connect, target.request, c)
+                for name, target in targets.items()
             }
             for generator in generators.values():
                 generator.measure(min(1.0, seconds))  # warm up
             runs = {name: Slices() for name in targets}
             for _ in range(slices):
-                for name, (_, _, pid) in targets.items():
-                    runs[name].add(generators[name], pid, c == 1, infer, x, batch, seconds)
+                for name, target in targets.items():
+                    runs[name].add(generators[name], target, c == 1, x, seconds)
             for generator in generators.values():
                 generator.close()
             cell: dict[str, object] = {name: runs[name].summary() for name in targets}
-            cell["in_process_best"] = round(
-                statistics.median(r for run in runs.values() for r in run.reference), 1
-            )
+            for label in {target.reference.label for target in targets.values()}:
+                paired_rates = (
+                    r for name, run in runs.items() if targets[name].reference.label == label
+                    for r in run.reference
+                )  # fmt: skip
+                cell[label] = round(statistics.median(paired_rates), 1)
             result[f"c{c}"] = cell
             print(f"{model.name}: concurrency {c} done", file=sys.stderr)
         result["mcpd_client_c1"] = client_c1(this.sock, x, seconds * slices / 2)
     return result
+
+
+def batches_run(sock: str) -> Counter[int]:
+    """How many batches of each size the server's model has run (its statistics extension)."""
+    with Client(sock) as client:
+        stats = client.request("GET", "/v2/models/m/stats").json()["model_stats"][0]
+    return Counter({b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]})
 
 
 @dataclass
@@ -598,6 +695,8 @@ class Slices:
     overheads: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     reference: list[float] = field(default_factory=list)
+    batches: Counter[int] = field(default_factory=Counter)
+    """The batches the server ran during the served slices, by size."""
     served_s: float = 0.0
     loop_ns: int = 0
     measured_loop: bool = False
@@ -605,24 +704,26 @@ class Slices:
     def add(
         self,
         generator: LoadGenerator,
-        pid: int | None,
+        target: Target,
         single: bool,
-        infer: Infer,
         x: np.ndarray,
-        batch: np.ndarray,
         seconds: float,
     ) -> None:
         """An in-process slice at the best batch (and at batch 1 for a single connection), then
         the served slice it is paired with."""
-        ref = timed(lambda: infer(batch), seconds)
-        ref_b1 = timed(lambda: infer(x), seconds) if single else []
-        cpu_before = 0 if pid is None else loop_cpu_ns(pid)
+        reference = target.reference
+        in_process_rate, _ = reference.model.rate(reference.batch, seconds)
+        ref_b1 = timed(lambda: reference.model.infer(x), seconds) if single else []
+        server = target.server
+        if server is not None:
+            ran_before = batches_run(server.sock)
+            cpu_before = loop_cpu_ns(server.pid)
         served, elapsed = generator.measure(seconds)
-        if pid is not None:
-            self.loop_ns += loop_cpu_ns(pid) - cpu_before
+        if server is not None:
+            self.loop_ns += loop_cpu_ns(server.pid) - cpu_before
             self.measured_loop = True
+            self.batches += batches_run(server.sock) - ran_before
         self.served_s += elapsed
-        in_process_rate = len(batch) * len(ref) / sum(ref)
         self.ratios.append(len(served) / elapsed / in_process_rate)
         if ref_b1:
             self.ratios_b1.append(len(served) / elapsed / (len(ref_b1) / sum(ref_b1)))
@@ -630,9 +731,9 @@ class Slices:
         self.latencies += served
         self.reference.append(in_process_rate)
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, object]:
         p50, p99 = percentiles(self.latencies)
-        out = {
+        out: dict[str, object] = {
             "throughput": round(len(self.latencies) / self.served_s, 1),
             "p50_ms": round(p50, 3),
             "p99_ms": round(p99, 3),
@@ -640,6 +741,7 @@ class Slices:
         }
         if self.measured_loop:
             out["loop_cpu_us_per_request"] = round(self.loop_ns / 1e3 / len(self.latencies), 1)
+            out["batches"] = dict(sorted(self.batches.items()))
         if self.ratios_b1:
             # One request at a time never forms a batch: this is the like-for-like ratio
             # when the best in-process batch is larger than 1.
@@ -665,15 +767,23 @@ def main() -> None:
         "--max-batch", type=int, help="also this checkout's server with this max_batch"
     )
     parser.add_argument("--concurrency", type=int, nargs="+", help="instead of 1 8 32 (1 8 quick)")
+    parser.add_argument(
+        "--model", choices=("resnet50", "small"), help="only this model, no control loop"
+    )
     parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime")
     parser.add_argument(
         "--precision",
         choices=("auto", "f32", "bf16", "f16"),
         help="OpenVINO's inference precision hint (default auto: bf16 on CPUs with AMX)",
     )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        help="also this checkout's server with this many OpenVINO streams (batches in flight)",
+    )
     args = parser.parse_args()
-    if args.precision and args.runtime != "openvino":
-        parser.error("--precision is OpenVINO's: use it with --runtime openvino")
+    if (args.precision or args.streams) and args.runtime != "openvino":
+        parser.error("--precision and --streams are OpenVINO's: use them with --runtime openvino")
     openvino = args.runtime == "openvino"
     runtime = Runtime(OpenVinoOptions(precision=args.precision or "auto") if openvino else None)
     options = Options(
@@ -685,6 +795,7 @@ def main() -> None:
         baseline=None if args.baseline_tree is None else args.baseline_tree.resolve(),
         uvloop=args.uvloop,
         max_batch=args.max_batch,
+        streams=args.streams,
         runtime=runtime,
     )
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-") as tmp:
@@ -707,11 +818,12 @@ def main() -> None:
                 "precision_hint": args.precision or "auto",
                 **optimize_openvino.cpu_description(),
             }
-        for model in models[1:] if args.quick else models:
+        only = args.model or ("small" if args.quick else None)
+        for model in (m for m in models if only in (None, m.name)):
             report[model.name] = bench_model(model, folder, options)
         small = models[1]
         report["load_average_at_end"] = os.getloadavg()
-        if args.quick:
+        if only:
             print(json.dumps(report, indent=2, default=lambda o: o.__dict__))
             return
         report["control_loop"] = {

@@ -5,8 +5,12 @@ in /proc/stat), while a closed loop of connections sends requests for the ~1 ms 
 bench/serving.py; beside it, onnxruntime's own CPU per image in-process.
 
     .venv/bin/python bench/serving_cpu.py [--mode body|shm] [--connections 8] [--seconds 8]
+    .venv/bin/python bench/serving_cpu.py --runtime openvino [--streams 2]
 
-On a machine whose cores onnxruntime saturates in-process, the served rate over the in-process
+With `--runtime openvino` the model is served by mcpd's OpenVINO backend (OpenVINO's default
+precision, `--streams` streams) and the in-process figure is the same compiled model at the
+server's max batch (4), a request looping per stream as bench/serving.py's in-process reference
+(onnxruntime's is at batch 1). On a machine whose cores onnxruntime saturates in-process, the served rate over the in-process
 rate is bounded by in-process CPU per image over the served total per request.
 """
 
@@ -31,9 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import serving as bench
 
+from mcpd.config import OpenVinoOptions
 from mcpd.demo.build import classifier
 
 TICK = os.sysconf("SC_CLK_TCK")
+MAX_BATCH = 4
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
@@ -64,21 +70,38 @@ def in_process_us(model: Path, shape: tuple[int, ...], seconds: float) -> float:
     return (time.process_time() - cpu) / count * 1e6
 
 
+def openvino_us(reference: bench.InProcess, x: np.ndarray, seconds: float) -> float:
+    cpu = time.process_time()
+    _, times = reference.rate(x, seconds)
+    return (time.process_time() - cpu) / (len(times) * len(x)) * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["body", "shm"], default="shm")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime")
+    parser.add_argument("--streams", type=int, default=1, help="OpenVINO's")
     args = parser.parse_args()
+    openvino = bench.Runtime(OpenVinoOptions(streams=args.streams))
     folder = Path(tempfile.mkdtemp())
     onnx.save(classifier(size=160, width=32), folder / "small.onnx")
     model = bench.Model("small", folder / "small.onnx", (3, 160, 160), (1,), 1.0)
+    if args.runtime == "openvino":
+        batch = np.random.default_rng(0).random((MAX_BATCH, *model.shape), np.float32)
+        in_process = openvino_us(openvino.open(model.path), batch, 3.0)
+    else:
+        in_process = in_process_us(model.path, model.shape, 3.0)
     result: dict[str, object] = {
+        "runtime": args.runtime,
+        "streams": args.streams,
         "mode": args.mode,
         "connections": args.connections,
-        "in_process_cpu_us_per_image": round(in_process_us(model.path, model.shape, 3.0)),
+        "in_process_cpu_us_per_image": round(in_process),
     }
-    with bench.mcpd_server(model, 4, folder) as server:
+    table = openvino.table() if args.runtime == "openvino" else None
+    with bench.mcpd_server(model, MAX_BATCH, folder, table=table) as server:
         x = np.random.default_rng(0).random((1, *model.shape), np.float32)
         request = (
             bench.shm_request(server.sock, x)

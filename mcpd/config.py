@@ -277,6 +277,10 @@ class OpenVinoOptions:
     # AMX, f32 on the others), unless the model file carries one (mcpd.serving.backends.openvino).
     precision: Literal["auto", "f32", "bf16", "f16"] = "auto"
     threads: Annotated[int, Check(ge=0, le=256)] = 0
+    # OpenVINO's streams (CPU): each runs a batch of its own on its share of the threads, and the
+    # model's worker keeps that many batches in flight. 1 puts every thread on each batch (lowest
+    # latency); more trade a request's latency for throughput under load (docs/openvino.md §2).
+    streams: Annotated[int, Check(ge=1, le=256)] = 1
 
 
 BatchSize = Annotated[int, Check(ge=1, le=4096)]

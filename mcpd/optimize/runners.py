@@ -135,9 +135,13 @@ def open_runner(path: Path, setting: Setting, feed: dict[str, np.ndarray]) -> Ru
         runner = session(path, setting.threads)
         return Runner([lambda: runner.run(None, feed)], None)
     precision = setting.precision or "auto"
-    options = OpenVinoOptions(threads=setting.threads, precision=precision)  # type: ignore[arg-type]
+    options = OpenVinoOptions(
+        threads=setting.threads,
+        precision=precision,  # type: ignore[arg-type]
+        streams=setting.streams,
+    )
     try:
-        compiled = openvino.open_compiled(path, options, setting.streams)
+        compiled = openvino.open_compiled(path, options)
     except LoadError as exc:
         raise OptimizeError(str(exc)) from None
     requests = [compiled.create_infer_request() for _ in range(setting.streams)]

@@ -107,8 +107,8 @@ def model_config(model: ModelSection, backend: Backend) -> dict[str, object]:
                 "max_queue_size": model.max_queue_size,
             },
         },
-        # One batch runs at a time per model (mcpd.serving.worker).
-        "instance_group": [{"name": model.name, "kind": kind, "count": 1}],
+        # As many batches run at once as the backend runs (mcpd.serving.worker): Triton's count.
+        "instance_group": [{"name": model.name, "kind": kind, "count": backend.parallel}],
     }
 
 

@@ -2,7 +2,7 @@
 (mcpd.snapshot.Statistics says what each field counts), kept once for both the `/stats` endpoints and
 Prometheus.
 
-The model's worker thread records each batch it runs (`executed`) and hands every request in it its
+The model's worker threads record each batch they run (`executed`) and hand every request in it its
 timing; the event loop records each request's outcome (`succeeded`, `failed`). A lock keeps the two
 apart; each record is a few additions, so neither waits on the other in earnest.
 """

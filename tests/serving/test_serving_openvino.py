@@ -5,10 +5,12 @@ serve, and the load error without OpenVINO."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +53,12 @@ def test_serving_compiles_one_stream_with_the_models_threads_and_precision() -> 
     }
 
 
-@pytest.fixture
-def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Served, Gated]]:
-    """The demo classifier as IR, served by the real openvino backend behind a gate."""
+@contextmanager
+def gated_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **keys: object
+) -> Iterator[tuple[Served, Gated]]:
+    """The demo classifier as IR, served by the real openvino backend behind a gate, with these
+    [[models]] keys."""
     gates: list[Gated] = []
     real = backends.load
 
@@ -63,12 +68,25 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Ser
 
     monkeypatch.setattr(backends, "load", load)
     (tmp_path / MODEL.name).write_bytes(MODEL.read_bytes())
-    model = {"name": "demo", "path": str(ir(tmp_path / MODEL.name)), "max_queue_delay_ms": 0}
-    served = Served(config(tmp_path, [model]))
+    path = str(ir(tmp_path / MODEL.name))
+    served = Served(config(tmp_path, [{"name": "demo", "path": path, **keys}]))
     served.wait_settled()
-    yield served, gates[0]
-    gates[0].gate.set()
-    served.close()
+    try:
+        yield served, gates[0]
+    finally:
+        gates[0].gate.set()
+        served.close()
+
+
+@pytest.fixture
+def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Served, Gated]]:
+    with gated_demo(tmp_path, monkeypatch, max_queue_delay_ms=0) as served_and_gate:
+        yield served_and_gate
+
+
+def infer_demo(served: Served, image: np.ndarray) -> np.ndarray:
+    with Client(served.socket, timeout=30) as client:
+        return client.infer("demo", {"image": image})["scores"]
 
 
 def test_concurrent_requests_are_batched_and_answered_as_openvino_does_in_process(
@@ -78,18 +96,14 @@ def test_concurrent_requests_are_batched_and_answered_as_openvino_does_in_proces
     rng = np.random.default_rng(7)
     images = [rng.standard_normal((rows, 3, 64, 64)).astype(np.float32) for rows in (1, 2, 1, 3)]
 
-    def infer(image: np.ndarray) -> np.ndarray:
-        with Client(served.socket, timeout=30) as client:
-            return client.infer("demo", {"image": image})["scores"]
-
     worker = served.service.repository.entries["demo"].worker
     assert worker is not None
     with ThreadPoolExecutor(len(images)) as pool:
-        first = pool.submit(infer, images[0])  # holds the model at the gate
+        first = pool.submit(infer_demo, served, images[0])  # holds the model at the gate
         assert gate.entered.wait(10)
         answers = [first]
         for queued, image in enumerate(images[1:], start=1):  # queued in a known order
-            answers.append(pool.submit(infer, image))
+            answers.append(pool.submit(infer_demo, served, image))
             wait_until(lambda n=queued: worker.depth >= n, 10, f"{queued} queued", interval=0.005)
         gate.gate.set()
         scores = [answer.result(30) for answer in answers]
@@ -101,6 +115,36 @@ def test_concurrent_requests_are_batched_and_answered_as_openvino_does_in_proces
     together = request.infer([np.concatenate(images[1:])]).to_tuple()[0]
     np.testing.assert_array_equal(scores[0], alone)
     np.testing.assert_array_equal(np.concatenate(scores[1:]), together)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two streams need two CPUs")
+def test_with_two_streams_two_batches_run_at_once_each_answered_as_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(8)
+    images = [rng.standard_normal((rows, 3, 64, 64)).astype(np.float32) for rows in (1, 2, 3)]
+    with gated_demo(tmp_path, monkeypatch, openvino={"streams": 2, "threads": 2}) as (served, gate):
+        assert gate.parallel == 2  # read back from the compiled model
+        worker = served.service.repository.entries["demo"].worker
+        assert worker is not None
+        with ThreadPoolExecutor(len(images)) as pool:
+            answers = [pool.submit(infer_demo, served, images[0])]
+            assert gate.entered.wait(10)
+            answers.append(pool.submit(infer_demo, served, images[1]))
+            wait_until(lambda: len(gate.batches) == 2, 10, "a second batch running beside")
+            answers.append(pool.submit(infer_demo, served, images[2]))
+            wait_until(lambda: worker.depth == 1, 10, "the third queued", interval=0.005)
+            gate.gate.set()
+            scores = [answer.result(30) for answer in answers]
+        assert gate.batches == [1, 2, 3]
+        with served.client() as client:
+            reply = client.request("GET", "/v2/models/demo/config").json()
+        assert reply["instance_group"][0]["count"] == 2
+    compiled = open_compiled(tmp_path / "demo.xml", OpenVinoOptions(streams=2, threads=2))
+    assert compiled.get_property("NUM_STREAMS") == 2
+    request = compiled.create_infer_request()
+    for image, score in zip(images, scores, strict=True):
+        np.testing.assert_array_equal(score, request.infer([image]).to_tuple()[0])
 
 
 def test_ir_and_onnx_serve_alike_and_a_fixed_batch_is_padded(tmp_path: Path) -> None:

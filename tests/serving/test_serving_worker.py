@@ -12,7 +12,7 @@ import pytest
 
 from mcpd.serving.errors import RequestError
 from mcpd.serving.worker import INFERENCE_NICE
-from tests.support.worker import load, one_batch_behind_another, rows, submit, worker
+from tests.support.worker import load, one_batch_behind_another, rows, submit, until, worker
 
 
 def test_requests_queued_behind_a_running_batch_become_one_batch(tmp_path: Path) -> None:
@@ -26,6 +26,47 @@ def test_requests_queued_behind_a_running_batch_become_one_batch(tmp_path: Path)
             np.testing.assert_array_equal(total, pending.inputs[0].sum(axis=1))
         w.close()
         assert backend.closed
+
+    asyncio.run(main())
+
+
+def test_a_backend_that_runs_two_batches_at_once_has_two_in_flight(tmp_path: Path) -> None:
+    async def main() -> None:
+        backend = load(tmp_path)
+        backend.parallel = 2  # as OpenVINO's, compiled to two streams
+        w = worker(backend)
+        first = submit(w, rows(1))
+        assert await asyncio.to_thread(backend.entered.wait, 10)
+        second = submit(w, rows(2, 10))
+        await asyncio.wait_for(until(lambda: len(backend.batches) == 2), 10)  # beside the first
+        third = submit(w, rows(3, 20))
+        assert w.depth == 1  # both are busy: it waits for one of them
+        backend.gate.set()
+        results = await asyncio.gather(first.future, second.future, third.future)
+        assert backend.batches == [1, 2, 3]
+        for pending, (double, _) in zip([first, second, third], results, strict=True):
+            np.testing.assert_array_equal(double, pending.inputs[0] * 2)
+        w.close()
+        assert backend.closed
+
+    asyncio.run(main())
+
+
+def test_with_two_batches_in_flight_each_takes_its_share_of_the_requests(tmp_path: Path) -> None:
+    async def main() -> None:
+        backend = load(tmp_path)
+        backend.parallel = 2
+        w = worker(backend)
+        first = [submit(w, rows(1))]
+        assert await asyncio.to_thread(backend.entered.wait, 10)
+        first.append(submit(w, rows(1, 10)))
+        await asyncio.wait_for(until(lambda: len(backend.batches) == 2), 10)
+        queued = [submit(w, rows(1, 100 + 10 * n)) for n in range(6)]  # 8 in the system
+        backend.gate.set()
+        await asyncio.gather(*(p.future for p in first + queued))
+        assert backend.batches[:2] == [1, 1]
+        assert sorted(backend.batches[2:]) == [2, 4]  # not 6 on one stream, none on the other
+        w.close()
 
     asyncio.run(main())
 
@@ -144,7 +185,7 @@ def test_inference_threads_yield_to_the_control_loop(tmp_path: Path) -> None:
         w = worker(backend)
         await submit(w, rows(1)).future  # the thread has set its priority by now
         main_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())
-        thread = w._thread.native_id
+        thread = w._threads[0].native_id
         assert thread is not None
         assert os.getpriority(os.PRIO_PROCESS, thread) == min(19, main_nice + INFERENCE_NICE)
         w.close()

@@ -22,6 +22,8 @@ class Gated:
 
     def __init__(self, backend: backends.Backend) -> None:
         self.backend = backend
+        self.parallel = backend.parallel
+        """How many batches the worker keeps in flight: a test may raise it."""
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.batches: list[int] = []

@@ -38,6 +38,9 @@ class Backend(Protocol):
     outputs: tuple[TensorSpec, ...]
     fixed_batch: int | None
     """The batch size the model only accepts, or None where the batch dimension is free."""
+    parallel: int
+    """How many batches it runs at once (OpenVINO's streams; 1 for the others): the model's worker
+    keeps that many in flight."""
     detail: Mapping[str, object]
     """What was chosen at load (provider, cores), for status and logs."""
     warnings: tuple[str, ...]

@@ -143,6 +143,7 @@ def thread_affinities(thread_cpus: Sequence[int]) -> str:
 class OnnxBackend:
     kind = "onnxruntime"
     platform = "onnxruntime_onnx"
+    parallel = 1
 
     def __init__(self, model: ModelSection, placement: ModelPlacement) -> None:
         self.name = model.name

@@ -77,10 +77,10 @@ def compile_options(
 ) -> dict[str, str]:
     """OpenVINO's compile properties for a model served with these settings (docs/openvino.md §2).
 
-    Serving runs one batch at a time per model (mcpd.serving.worker), so one stream with every
-    thread on it (the LATENCY hint) is what it can use; the batcher is where throughput comes from.
-    More streams (the THROUGHPUT hint) pay only with as many requests in flight: `mcpd bench`
-    measures them. `threads` is the whole model's (INFERENCE_NUM_THREADS, shared by its streams);
+    One stream (the LATENCY hint) puts every thread on each batch. More streams (the THROUGHPUT
+    hint) split the threads between them and pay only with as many batches in flight, which the
+    model's worker keeps (OpenVinoBackend.parallel); `mcpd bench` measures both. `threads` is the
+    whole model's (INFERENCE_NUM_THREADS, shared by its streams);
     0 and "auto" leave OpenVINO's choice. Threads and streams are CPU properties, not set elsewhere.
     A placed model (the placement plan) has a thread per placed CPU, on SMT siblings only where
     the plan put threads on them, on the plan's kind of hybrid core, and OpenVINO's own pinning
@@ -117,10 +117,7 @@ def stored_precision(model: Any) -> str | None:
 
 
 def open_compiled(
-    path: str | Path,
-    options: OpenVinoOptions,
-    streams: int = 1,
-    placement: ModelPlacement = UNPLACED,
+    path: str | Path, options: OpenVinoOptions, placement: ModelPlacement = UNPLACED
 ) -> Any:
     """The model file compiled as mcpd serves it: a CompiledModel. Blocking (seconds for a big
     model)."""
@@ -131,7 +128,9 @@ def open_compiled(
         precision: str = options.precision
         if precision == "auto":
             precision = stored_precision(model) or "auto"
-        settings = compile_options(options.device, precision, options.threads, streams, placement)
+        settings = compile_options(
+            options.device, precision, options.threads, options.streams, placement
+        )
         return core.compile_model(model, options.device, settings)
     except RuntimeError as exc:  # OpenVINO raises RuntimeError subclasses for every failure
         weights = Path(path).with_suffix(".bin")  # an IR's, which OpenVINO's message leaves out
@@ -207,6 +206,9 @@ class OpenVinoBackend:
         self.inputs = _specs(self._compiled.inputs)
         self.outputs = _specs(self._compiled.outputs)
         self.fixed_batch = fixed_batch(self.inputs, self.outputs)
+        # How many inferences OpenVINO runs at once: the streams it compiled to, which may be
+        # fewer than asked for (one thread at least each), docs/openvino.md §2.
+        self.parallel = int(self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self._requests: dict[int, Any] = {}
         self._lock = threading.Lock()
         # The device that runs it: AUTO names the one it chose.

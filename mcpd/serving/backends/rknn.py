@@ -43,6 +43,7 @@ def _runtime_class() -> Any:
 class RknnBackend:
     kind = "rknn"
     platform = "rknn_rknn"
+    parallel = 1
     warnings: tuple[str, ...] = ()
 
     def __init__(self, model: ModelSection) -> None:
