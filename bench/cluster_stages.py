@@ -102,9 +102,13 @@ def stages(
         "heard_not_written": when(heard.keys() - written),
         "written_not_acked": len(written - acked_keys),
     }
+    lacking = {}
     for way, boards in stored.items():
         held = {(d, ms) for d, times in boards.items() for ms in times}
-        figures[f"written_not_stored_{way}"] = when(
-            key for key, ms in log.written.items() if (key[0], ms) not in held
-        )
+        lacking[way] = {key for key, ms in log.written.items() if (key[0], ms) not in held}
+        figures[f"written_not_stored_{way}"] = when(lacking[way])
+    if {"export", "export_settled"} <= lacking.keys():
+        # Not in the store when the bench first looked, in it after --settle: written late, as
+        # the broker's redelivery reached the ingest. Not lost.
+        figures["stored_late"] = when(lacking["export"] - lacking["export_settled"])
     return figures

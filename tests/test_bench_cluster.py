@@ -112,10 +112,12 @@ def test_each_stage_is_compared_with_the_one_before_it() -> None:
         acked={"a": [1, 2, 3]},
         heard={("a", 1): 1.0, ("a", 2): 2.0, ("a", 3): 3.0},
         log=log,
-        stored={"export": {"a": [1000]}},
+        stored={"export": {"a": [1000]}, "export_settled": {"a": [1000, 2000]}},
         killed_at=2.5,
     )
     assert found["acked_not_heard"] == []
     assert found["acked_not_written"] == found["heard_not_written"] == [("a", 3, 0.5)]
     assert found["deliveries_unaccounted"] == {}
     assert found["written_not_stored_export"] == [("a", 2, -0.5)]
+    assert found["written_not_stored_export_settled"] == []
+    assert found["stored_late"] == [("a", 2, -0.5)]

@@ -218,7 +218,7 @@ class NatsCluster(Engine):
                 f"http: {LOOPBACK}:{self._monitor[i]}\n"
                 f'jetstream {{ store_dir: "{folder}/js{i}" }}\n'
                 f"cluster {{ name: mcpd, listen: {LOOPBACK}:{routes[i]}, routes: [{every}] }}\n"
-                f"mqtt {{ listen: {LOOPBACK}:{node.port} {mqtt} }}\n"
+                f"mqtt {{\n  listen: {LOOPBACK}:{node.port}\n  {mqtt}\n}}\n"
             )
             self._processes.append(
                 Process(node.name, [nats, "-c", str(config)], folder / f"{node.name}.log")
