@@ -4,11 +4,13 @@ runs them, so that the process that measures does not share their interpreter.
 
     boards = Boards([(device, mqtt_values), ...], folder)   # started at random phases
     boards.connections()        # {device: (broker, since)}: where each is and since when
-    boards.stop()               # each flushes its spool, says offline and disconnects
+    boards.stop()               # each flushes its spool, says offline and disconnects; returns
+                                # {device: [seq the broker acknowledged (PUBACK), ...]}
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 import sys
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.config import MqttSection
 from mcpd.schema import build
+from mcpd.telemetry.link import Acked
 from mcpd.telemetry.publisher import Publisher
 from tests.support.mqtt_status import FakeBoard
 
@@ -48,10 +51,26 @@ class Boards:
         answer: dict[str, tuple[str | None, float | None]] = self._conn.recv()
         return answer
 
-    def stop(self) -> None:
+    def stop(self) -> dict[str, list[int]]:
         self._conn.send("stop")
-        self._conn.recv()
+        acked: dict[str, list[int]] = self._conn.recv()
         self.process.join(30)
+        return acked
+
+
+class Recording(Publisher):
+    """The daemon's Publisher, noting the seq of each telemetry message the broker acknowledged:
+    the first stage of the bench's count (what the boards may forget, as delivered)."""
+
+    acked: list[int]
+
+    def _acked(self, fact: Acked) -> None:
+        ident = self._inflight.get(fact.mid)
+        if ident is not None and not fact.reason.is_failure:
+            message = self._spool._find(ident)  # in flight, so still in the spool
+            if message.kind == "telemetry":
+                self.acked.append(json.loads(message.payload)["seq"])
+        super()._acked(fact)
 
 
 def _run(conn: Connection, plan: Plan, folder: Path) -> None:
@@ -63,7 +82,8 @@ def _run(conn: Connection, plan: Plan, folder: Path) -> None:
     for device, values in sorted(plan, key=lambda board: phases[board[0]]):
         mqtt = build(MqttSection, values)
         time.sleep(max(0.0, began + phases[device] * mqtt.telemetry_ms / 1000 - time.monotonic()))
-        board = Publisher(mqtt, device, folder / f"{device}.spool", FakeBoard())
+        board = Recording(mqtt, device, folder / f"{device}.spool", FakeBoard())
+        board.acked = []
         board.start()
         boards.append(board)
     conn.send("started")
@@ -74,4 +94,4 @@ def _run(conn: Connection, plan: Plan, folder: Path) -> None:
     # Together: one after the other, each waiting for its last acknowledgements, takes minutes.
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(Publisher.stop, boards))
-    conn.send("stopped")
+    conn.send({b.topics.device: b.acked for b in boards})

@@ -3,7 +3,7 @@ into VictoriaMetrics.
 
     nice .venv/bin/python bench/mqtt_cluster.py [--engines ejabberd,nats] [--boards 200]
         [--rate 1] [--warmup 15] [--steady 20] [--down 30] [--after 20] [--heartbeat 10]
-        [--keep FOLDER]
+        [--settle 40] [--nats-mqtt 'ack_wait: "5s"'] [--keep FOLDER]
 
 Each engine is started as the tests start it (tests/support/mqtt_clusters.py, tests/support/engines.py; Debian's
 packages, loopback only): a 3-node ejabberd cluster (MQTT 5) and a 3-node NATS cluster with
@@ -23,6 +23,11 @@ consumer received. Figures (bench/cluster_measures.py says how each is made): re
 gaps and duplicates at the consumer, missing and doubled samples in the store, per-board longest
 silence, broker-to-queryable latency (query-visible time minus the message's `ts`), the Wills
 the cluster sent after the kill, boards online in `mcpctl fleet` at the end, CPU of each process.
+Where a missing message was lost (bench/cluster_stages.py, `stages`): what the boards had
+acknowledged (PUBACK), what the consumer heard, what the ingest was delivered and wrote (its
+`--log-level debug` lines), what the store holds (export and query), read again after `--settle`
+seconds, past the brokers' redelivery; on NATS, the MQTT stream's and its consumers' state on node
+0 at both readings (`consumers_pending`).
 Prints a JSON object per engine, then the tables.
 """
 
@@ -48,6 +53,7 @@ from cluster_boards import Boards
 from cluster_measures import Visibility
 from cluster_processes import Cpu, counters, sockets, wait_subscribed
 from cluster_report import Run, figures, tables
+from cluster_stages import ingest_log, stages
 from fleet_view import cpu_model
 
 from tests.support.engines import Haproxy, Node, missing
@@ -58,6 +64,7 @@ from tests.support.stores import VictoriaMetrics
 USER, PASSWORD = "mcpd", "bench-secret"
 POLL_S = 0.1
 MCPCTL = str(Path(sys.executable).with_name("mcpctl"))
+SERIES = 'mcpd_temperature_celsius{job="mcpd"}'
 NEWEST = 'max by (instance) (timestamp(mcpd_temperature_celsius{job="mcpd"}))'
 
 
@@ -72,14 +79,14 @@ class Cluster:
 
 
 @contextmanager
-def started(engine: str, folder: Path) -> Iterator[Cluster]:
+def started(engine: str, folder: Path, mqtt: str = "") -> Iterator[Cluster]:
     with ExitStack() as stack:
         if engine == "ejabberd":
             ejabberd = EjabberdCluster(3, users={USER: PASSWORD}, keep=folder / "ejabberd")
             cluster: Any = stack.enter_context(ejabberd)
             name, protocol = "ejabberd", "5"
         else:
-            cluster = stack.enter_context(NatsCluster(folder / "nats", 3))
+            cluster = stack.enter_context(NatsCluster(folder / "nats", 3, mqtt))
             name, protocol = "nats-server", "3.1.1"
         lb = stack.enter_context(Haproxy(folder / "haproxy", [n.port for n in cluster.nodes]))
         yield Cluster(name, protocol, cluster.nodes, Node("haproxy", lb.port), cluster)
@@ -114,7 +121,8 @@ def poll(vm: VictoriaMetrics, visibility: Visibility, stop: threading.Event) -> 
 def ingest(cluster: Cluster, vm: VictoriaMetrics, port: int, password: Path, log: Path) -> Any:
     command = [MCPCTL, "ingest", "--remote-write", vm.write_url, "--client-id", "bench-ingest",
                "--metrics-listen", f"127.0.0.1:{port}", "--protocol", cluster.protocol,
-               "--username", USER, "--password-file", str(password)]  # fmt: skip
+               "--username", USER, "--password-file", str(password),
+               "--log-level", "debug"]  # fmt: skip
     for node in cluster.nodes:
         command += ["--broker", node.address]
     with open(log, "ab") as out:
@@ -147,7 +155,7 @@ def run(engine: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     password.write_text(PASSWORD + "\n")
     metrics = free_port()
     with ExitStack() as stack:
-        cluster = stack.enter_context(started(engine, folder))
+        cluster = stack.enter_context(started(engine, folder, args.nats_mqtt))
         vm = VictoriaMetrics(folder / "vm", dedup=False)
         stack.enter_context(vm)
         consumer = Recorder(cluster.nodes[0], "mcpd/+/telemetry", "mcpd/+/status",
@@ -191,7 +199,7 @@ def run(engine: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         online = fleet_online(cluster, password, args.heartbeat)
         since = {d: s for d, (_, s) in boards.connections().items()}
         stopped_at = time.time()
-        boards.stop()
+        acked = boards.stop()
         quiet(consumer)
         while (last := counters(metrics))["mcpd_ingest_queued_messages"] or last != counters(
             metrics
@@ -199,24 +207,84 @@ def run(engine: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             time.sleep(1.0)
         vm.flush()
         since_start = cpu.marks[0][0] - args.warmup - 10
-        stored = vm.raw('mcpd_temperature_celsius{job="mcpd"}', since_start, time.time())
-    return figures(
-        cluster.name,
-        args.boards,
-        args.rate,
-        Run(
-            messages=[(m.topic, m.payload, m.at) for m in consumer.messages],
-            visibility=visibility,
-            stored={d: [ms for ms, _ in samples] for d, samples in stored.items()},
-            marks=[t for t, _ in cpu.marks],
-            stopped_at=stopped_at,
-            cores=[cpu.cores(i) for i in range(3)],
-            ingested=ingested,
-            killed=(killed, clients.get(cluster.nodes[killed].port, 0)),
-            since=since,
-            online=online,
+        read = {
+            "export": vm.export(SERIES, since_start, time.time()),
+            "query": _ms(vm.raw(SERIES, since_start, time.time())),
+        }
+        held = [_pending(cluster)]
+        # Past the brokers' redelivery time (NATS: the consumers' ack wait, 30 s): a message
+        # whose first delivery to the ingest was lost arrives then, as a duplicate. What is
+        # still missing then was lost, not late: the store's figures are from this reading.
+        time.sleep(args.settle)
+        vm.flush()
+        read["export_settled"] = vm.export(SERIES, since_start, time.time())
+        read["query_settled"] = _ms(vm.raw(SERIES, since_start, time.time()))
+        held.append(_pending(cluster))
+    heard = {}
+    for m in consumer.messages:
+        _, device, leaf = m.topic.split("/")[:3]
+        if leaf == "telemetry":
+            body = json.loads(m.payload)
+            heard[device, body["seq"]] = body["ts"]
+    log = ingest_log((folder / "ingest.log").read_text().splitlines())
+    where = stages(acked, heard, log, read, cpu.marks[1][0])
+    return {
+        **figures(
+            cluster.name,
+            args.boards,
+            args.rate,
+            Run(
+                messages=[(m.topic, m.payload, m.at) for m in consumer.messages],
+                visibility=visibility,
+                stored=read["query_settled"],
+                marks=[t for t, _ in cpu.marks],
+                stopped_at=stopped_at,
+                cores=[cpu.cores(i) for i in range(3)],
+                ingested=ingested,
+                killed=(killed, clients.get(cluster.nodes[killed].port, 0)),
+                since=since,
+                online=online,
+            ),
         ),
-    )
+        "stages": where,
+        "consumers_pending": held,
+    }
+
+
+def _ms(samples: dict[str, list[tuple[int, float]]]) -> dict[str, list[int]]:
+    return {d: [ms for ms, _ in points] for d, points in samples.items()}
+
+
+def _pending(cluster: Cluster) -> dict[str, Any]:
+    """NATS: the MQTT messages' stream (messages it still keeps: with interest retention, those
+    some consumer has not acknowledged), and each JetStream consumer (an MQTT session's
+    subscription) as its leader holds it: its subject, stream sequence delivered up to,
+    deliveries made (redeliveries included: more than the session's client received means some
+    were lost on the way to it), acknowledged floor, awaiting acknowledgement, redelivered, not
+    yet delivered."""
+    nats = cluster.cluster
+    if not isinstance(nats, NatsCluster):
+        return {}
+    found: dict[str, Any] = {}
+    for i, node in enumerate(cluster.nodes):
+        if not nats.alive(i):
+            continue
+        for stream in nats.streams(i):
+            if stream.get("cluster", {}).get("leader") == node.name:
+                state = stream["state"]
+                found[stream["name"]] = [state["messages"], state["first_seq"], state["last_seq"]]
+            for c in stream.get("consumer_detail", []):
+                if c.get("cluster", {}).get("leader") == node.name:  # followers lag
+                    found[c["name"]] = [
+                        c["config"].get("filter_subject"),
+                        c["delivered"]["stream_seq"],
+                        c["delivered"]["consumer_seq"],
+                        c["ack_floor"]["stream_seq"],
+                        c["num_ack_pending"],
+                        c["num_redelivered"],
+                        c["num_pending"],
+                    ]
+    return found
 
 
 def main() -> int:
@@ -229,6 +297,14 @@ def main() -> int:
     parser.add_argument("--down", type=float, default=30.0)
     parser.add_argument("--after", type=float, default=20.0)
     parser.add_argument("--heartbeat", type=int, default=10, help="the boards' heartbeat_s")
+    parser.add_argument(
+        "--nats-mqtt",
+        default="",
+        help="more settings for the NATS nodes' mqtt block, e.g. 'consumer_replicas: 1'",
+    )
+    parser.add_argument(
+        "--settle", type=float, default=40.0, help="seconds before the store is read again"
+    )
     parser.add_argument(
         "--keep", type=Path, help="a new folder to keep the engines' and the ingest's logs in"
     )

@@ -1,13 +1,18 @@
 """bench/mqtt_cluster.py's yardstick (bench/cluster_measures.py): what counts as a gap, a
-duplicate, a silence, a latency and a sample the store lacks. Records in, figures out."""
+duplicate, a silence, a latency and a sample the store lacks; and where a message went missing
+(bench/cluster_stages.py), read from `mcpctl ingest --log-level debug` as it writes it. Records
+in, figures out."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
 
+from mcpd.logs import FORMAT
 from tests.conftest import PROJECT
+from tests.ctl.test_ingest_parts import Store, deliveries, writer
 
 sys.path.insert(0, str(PROJECT / "bench"))
 from cluster_measures import (  # bench/cluster_measures.py: a script's module, not a package
@@ -22,6 +27,9 @@ from cluster_measures import (  # bench/cluster_measures.py: a script's module, 
     store_check,
     twice,
 )
+from cluster_stages import ingest_log, stages
+
+from mcpd.ctl.ingest_metrics import Counters
 
 
 def heard(device: str, seq: int, at: float) -> Heard:
@@ -73,3 +81,43 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile(values, 50) == 51.0
     assert percentile(values, 99) == 100.0
     assert percentile([], 50) is None
+
+
+def test_the_ingests_debug_lines_tell_what_it_was_delivered_wrote_and_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, "mcpctl.ingest")
+    w = writer(Store(), Counters(), [])
+    assert w.write(w.messages([*deliveries(1, 2), *deliveries(5, device="b2"), *deliveries(2)]))
+    deliveries_seen = [
+        "DEBUG mcpctl.ingest: mcpd/b1/telemetry: mid 1, connection 1",
+        "DEBUG mcpctl.ingest: mcpd/b1/telemetry: mid 2 dup, connection 1",
+        "DEBUG mcpctl.ingest: mcpd/b1/status: mid 3, connection 1",
+    ]
+    text = [logging.Formatter(FORMAT).format(r) for r in caplog.records]
+    log = ingest_log([*deliveries_seen, *text])
+    assert log.written == {("b1", 1): 1000, ("b1", 2): 2000, ("b2", 5): 5000}
+    assert dict(log.taken_before) == {("b1", 2): 1}
+    assert (dict(log.deliveries), log.dup_flagged) == ({"b1": 2}, 1)
+
+
+def test_each_stage_is_compared_with_the_one_before_it() -> None:
+    log = ingest_log(
+        [
+            *[f"DEBUG mcpctl.ingest: mcpd/a/telemetry: mid {i}, connection 1" for i in (1, 2)],
+            "DEBUG mcpctl.ingest: written: a:1:1000 a:None:1500 a:2:2000",
+        ]
+    )
+    found = stages(
+        acked={"a": [1, 2, 3]},
+        heard={("a", 1): 1.0, ("a", 2): 2.0, ("a", 3): 3.0},
+        log=log,
+        stored={"export": {"a": [1000]}, "export_settled": {"a": [1000, 2000]}},
+        killed_at=2.5,
+    )
+    assert found["acked_not_heard"] == []
+    assert found["acked_not_written"] == found["heard_not_written"] == [("a", 3, 0.5)]
+    assert found["deliveries_unaccounted"] == {}
+    assert found["written_not_stored_export"] == [("a", 2, -0.5)]
+    assert found["written_not_stored_export_settled"] == []
+    assert found["stored_late"] == [("a", 2, -0.5)]

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mcpctl ingest: {exc}", file=sys.stderr)
         return 2
-    logs.setup("info", os.environ, sys.stderr)
+    logs.setup(args.log_level, os.environ, sys.stderr)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: ingest.stopping.set())
     logging.getLogger("mcpctl.ingest").info(
@@ -95,4 +95,10 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     parser.add_argument("--ca-file", help="TLS: trust the broker's certificate from this CA")
     parser.add_argument("--username")
     parser.add_argument("--password-file")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info",
+        help="debug: a line per delivery (its packet id) and per written message (device, seq)",
+    )
     return parser

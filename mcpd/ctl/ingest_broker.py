@@ -144,6 +144,9 @@ class BrokerSide:
         client.on_disconnect = on_disconnect
 
         def on_message(_c: paho.Client, _u: Any, m: paho.MQTTMessage) -> None:
+            log.debug(
+                "%s: mid %d%s, connection %d", m.topic, m.mid, " dup" if m.dup else "", number
+            )
             delivery = Delivery(m.topic, bytes(m.payload), m.mid, m.qos, number)
             # The Receive Maximum keeps the queue from filling; should a broker send past it,
             # waiting here is the backpressure, but never past a stop (unacknowledged, the

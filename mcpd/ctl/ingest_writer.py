@@ -87,6 +87,7 @@ class Writer:
                 continue
             if message.seq is not None and not self.window.first_time(device, message.seq):
                 self.counters.duplicates += 1
+                log.debug("%s seq %d: taken before", device, message.seq)
                 continue
             taken.append(message)
         return taken
@@ -119,6 +120,8 @@ class Writer:
                 return False
 
     def _accepted(self, messages: list[Message]) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("written: %s", " ".join(f"{m.device}:{m.seq}:{m.ts_ms}" for m in messages))
         self.counters.written += len(messages)
         self.counters.samples += sum(len(m.values) for m in messages)
         self.counters.lag_s = round(self.wall() - max(m.ts_ms for m in messages) / 1000, 3)

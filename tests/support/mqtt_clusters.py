@@ -11,6 +11,7 @@ machinery, the balancer and the stores are in tests/support/engines.py.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -19,8 +20,10 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
@@ -196,7 +199,8 @@ class NatsCluster(Engine):
     MQTT listener each (MQTT 3.1.1 only: a v5 CONNECT is refused). Ready when every node's
     /healthz says JetStream is."""
 
-    def __init__(self, folder: Path, size: int = 3) -> None:
+    def __init__(self, folder: Path, size: int = 3, mqtt: str = "") -> None:
+        """`mqtt`: more settings of the nodes' `mqtt {}` block (`ack_wait: "5s"`, ...)."""
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.size = size
@@ -214,7 +218,7 @@ class NatsCluster(Engine):
                 f"http: {LOOPBACK}:{self._monitor[i]}\n"
                 f'jetstream {{ store_dir: "{folder}/js{i}" }}\n'
                 f"cluster {{ name: mcpd, listen: {LOOPBACK}:{routes[i]}, routes: [{every}] }}\n"
-                f"mqtt {{ listen: {LOOPBACK}:{node.port} }}\n"
+                f"mqtt {{\n  listen: {LOOPBACK}:{node.port}\n  {mqtt}\n}}\n"
             )
             self._processes.append(
                 Process(node.name, [nats, "-c", str(config)], folder / f"{node.name}.log")
@@ -235,6 +239,19 @@ class NatsCluster(Engine):
     def start_node(self, i: int) -> None:
         self._processes[i].start()
         self._processes[i].wait_until(lambda: listening(self.nodes[i].port))
+
+    def streams(self, i: int) -> list[dict[str, Any]]:
+        """The JetStream streams node `i` holds a replica of, each with its state and its
+        consumers (/jsz): the MQTT messages' stream, and each MQTT session's subscription as a
+        consumer of it, with its delivered and acknowledged sequences."""
+        url = f"http://{LOOPBACK}:{self._monitor[i]}/jsz?consumers=true&config=true"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            found = json.load(answer)
+        return [
+            stream
+            for account in found.get("account_details", [])
+            for stream in account.get("stream_detail", [])
+        ]
 
     def kill(self, i: int) -> None:
         self._processes[i].stop(signal.SIGKILL)

@@ -144,6 +144,19 @@ class VictoriaMetrics(Engine):
         with urllib.request.urlopen(self.url + "/internal/force_flush", timeout=10):
             pass
 
+    def export(self, selector: str, start: float, end: float) -> dict[str, list[int]]:
+        """Every stored sample time (ms) of the series `selector` names between `start` and
+        `end`, by instance, from /api/v1/export: the store's own data, no query engine between."""
+        query = urllib.parse.urlencode({"match[]": selector, "start": start, "end": end})
+        found: dict[str, list[int]] = {}
+        with urllib.request.urlopen(f"{self.url}/api/v1/export?{query}", timeout=60) as answer:
+            for line in answer:
+                series = json.loads(line)
+                found.setdefault(series["metric"].get("instance", ""), []).extend(
+                    series["timestamps"]
+                )
+        return found
+
     def import_prometheus(self, text: str) -> None:
         """Samples in the Prometheus text format (timestamps in ms), searchable on return."""
         request = urllib.request.Request(
