@@ -75,12 +75,13 @@ class Boards:
         """`rounds` messages from every board, one round per `period_s`; `during(i)` after
         round i (a test's chance to break something)."""
         for i in range(rounds):
-            ts = self.now = time.time()
+            self.now = time.time()
             for device in self.devices:
                 seq = len(self.sent[device]) + 1
                 payload = telemetry(self.boards[device], device, seq)
                 self.client.publish(f"mcpd/{device}/telemetry", payload, qos=1)
-                self.sent[device].append((seq, round(ts * 1000)))
+                # the message's own ts, as the board wrote it (to the millisecond)
+                self.sent[device].append((seq, round(json.loads(payload)["ts"] * 1000)))
             during(i)
             time.sleep(period_s)
 
