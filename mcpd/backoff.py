@@ -15,7 +15,10 @@ class Backoff:
     """The first `at_once` failures in a row are retried at once; each one after that waits
     `first_s`, doubling up to `max_s`, until a success starts the count again. With `jitter`, each
     delay is drawn from the upper half of its nominal value, so that many that failed at the same
-    moment (a fleet that lost its broker) do not all come back at the same moment."""
+    moment (a fleet that lost its broker) do not all come back at the same moment. With
+    `round_of` N, the delay doubles after every N failures rather than each: a board with N
+    brokers tries each of them at one delay before it waits longer, since one node refusing it says
+    nothing of the others."""
 
     def __init__(
         self,
@@ -25,11 +28,13 @@ class Backoff:
         at_once: int = 0,
         jitter: random.Random | None = None,
         now: float = 0.0,
+        round_of: int = 1,
     ) -> None:
         self.first_s = first_s
         self.max_s = max_s
         """Read at each failure: the owner may change it (a reload)."""
         self.at_once = at_once
+        self.round_of = max(1, round_of)
         self.jitter = jitter
         self.failures = 0
         """In a row, since the last success."""
@@ -47,7 +52,8 @@ class Backoff:
             delay = self._nominal
             if self.jitter is not None:
                 delay *= self.jitter.uniform(0.5, 1.0)
-            self._nominal = min(self._nominal * 2, self.max_s)
+            if (self.failures - self.at_once) % self.round_of == 0:
+                self._nominal = min(self._nominal * 2, self.max_s)
         self.next_at = now + delay
         return delay
 

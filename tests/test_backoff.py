@@ -93,3 +93,38 @@ def test_the_broker_is_tried_again_after_1_s_doubling_up_to_reconnect_max_s(
         now = due
     assert delays == [0.5, 2.0, 2.0, 8.0, 4.0, 8.0]
     assert link.state == "idle" and link.client is None
+
+
+def test_in_rounds_the_delay_doubles_after_each_round_not_each_failure() -> None:
+    backoff = Backoff(1.0, 8.0, round_of=3)
+    assert [backoff.failed(0.0) for _ in range(10)] == [1, 1, 1, 2, 2, 2, 4, 4, 4, 8]
+    backoff.succeeded(1.0)
+    assert backoff.failed(1.0) == 1.0
+
+
+def test_with_three_brokers_each_is_tried_at_one_delay_before_the_next_round_waits_longer(
+    tmp_path: Path,
+) -> None:
+    """A node refusing a board says nothing of the others (ejabberd refuses boards of surviving
+    nodes while its cluster recovers from losing one): the delay doubles per round of the board's
+    brokers. Before, it doubled per attempt: 0.5, 2, 2, 8, 4, 8 s for the same draws."""
+    mqtt = parse(
+        {
+            "mqtt": {
+                "enabled": True,
+                "brokers": ["n1:1883", "n2:1883", "n3:1883"],
+                "username": "board",
+                "password_file": str(tmp_path / "missing"),
+                "reconnect_max_s": 8,
+            }
+        }
+    ).mqtt
+    link = Link(mqtt, Topics("mcpd", "b1"), lambda: None, 0.0, jitter=Ends())
+    now, delays, tried = 0.0, [], []
+    for _ in range(6):
+        due = link.step(now, 0)
+        delays.append(due - now)
+        tried.append(link.address)
+        now = due
+    assert delays == [0.5, 1.0, 0.5, 2.0, 1.0, 2.0]
+    assert len(set(tried[:3])) == 3 and tried[3:] == tried[:3]

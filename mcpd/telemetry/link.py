@@ -6,7 +6,9 @@ blocking part of connecting (TCP, TLS handshake: up to CONNECT_TIMEOUT_S) runs i
 thread, so that sampling and spooling go on meanwhile. Retries back off (mcpd.backoff) from 1 s,
 doubling up to `reconnect_max_s`, each delay drawn from its upper half so that a fleet that lost its
 broker at the same moment does not come back at the same moment. Each attempt, the first and every
-one after a failure or a loss, goes to the next broker of the board's own order (mcpd.brokers).
+one after a failure or a loss, goes to the next broker of the board's own order (mcpd.brokers), and
+the delay doubles after each round of them, not each attempt: a cluster node that refuses a board
+while the cluster recovers from losing another (ejabberd's 0x83) says nothing of the next node.
 """
 
 from __future__ import annotations
@@ -84,11 +86,13 @@ class Link:
         self._results: queue.SimpleQueue[tuple[int, paho.Client | None, str]] = queue.SimpleQueue()
         self._generation = 0
         self._connector: threading.Thread | None = None
+        self._brokers = order(mqtt.addresses(), topics.device)
         self._backoff = Backoff(
             RECONNECT_FIRST_S,
             float(mqtt.reconnect_max_s),
             jitter=random.Random() if jitter is None else jitter,
             now=now,
+            round_of=len(self._brokers),
         )
         self._handshake_until = self._next_misc = now
         self._refusal = ""
@@ -96,7 +100,6 @@ class Link:
         self._warnings: Repeats[str] = Repeats(WARN_EVERY_S, limit=1)
         self._now = now
         self._spooled = 0
-        self._brokers = order(mqtt.addresses(), topics.device)
         self._turn = 0
         self.broker: Broker = self._brokers[0]
         """The broker of the attempt under way or of the connection (the next one when idle)."""
