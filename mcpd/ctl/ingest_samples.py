@@ -27,11 +27,9 @@ from mcpd.latency_doc import histograms
 from mcpd.snapshot import ModelStats
 
 SCHEMA = 1
-Key = tuple[str, tuple[str, ...], tuple[str, ...]]
-"""A series of one board: (name, label names, label values); `instance` and `job` are the
-writer's."""
 Run = tuple[str, tuple[str, ...], tuple[tuple[str, ...], ...]]
-"""Series of one name side by side: (name, label names, each one's label values)."""
+"""Series of one name side by side: (name, label names, each one's label values); `instance`
+and `job` are the writer's."""
 UP: Run = ("up", (), ((),))
 
 
@@ -48,14 +46,10 @@ class Message:
     """Milliseconds since the Unix epoch, remote write's unit."""
     runs: list[Run]
     """Its series, in the same order every time for a board whose sensors, domains and models
-    stay (mcpd/ctl/ingest_batch.py keeps each board's last list): a run a name, as the mapping
-    gives them, so that a message costs a tuple a name, not one a series."""
+    stay (mcpd/ctl/ingest_batch.py keeps a request template per such list): a run a name, as the
+    mapping gives them, so that a message costs a tuple a name, not one a series."""
     values: list[float]
-    """One per series."""
-
-    def series(self) -> list[Key]:
-        """Its series one by one, in the order of `values`."""
-        return [(name, labels, values) for name, labels, sets in self.runs for values in sets]
+    """One per series, in the order of the runs' label sets."""
 
 
 def _count(value: object) -> bool:
