@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 import subprocess
 import time
@@ -268,14 +269,18 @@ def test_the_next_broker_when_one_is_not_there_and_a_password_from_a_file(
         VictoriaMetrics(tmp_path / "vm") as vm,
         ingesting(
             [nobody, f"127.0.0.1:{broker.port}"], vm.write_url, tmp_path, "ingest-1",
-            "--username", "ingest", "--password-file", str(password),
+            "--username", "ingest", "--password-file", str(password), "--log-level", "debug",
         ) as ingest,
     ):  # fmt: skip
         boards = Boards(broker, ["b1"], password="boards-pass")
         boards.publish(rounds=5, period_s=0.05)
         boards.close()
         assert wait_for_all(vm, boards, since) == expected(boards)
-    assert f"cannot connect to {nobody}" in ingest.log.read_text()
+    log = ingest.log.read_text()
+    assert f"cannot connect to {nobody}" in log
+    # --log-level debug: a line per delivery and the messages of each accepted request
+    assert log.count("mcpd/b1/telemetry: mid ") == 5
+    assert sorted(re.findall(r"\bb1:(\d+):", log)) == ["1", "2", "3", "4", "5"]
 
 
 def test_two_in_a_shared_group_one_killed_and_restarted_write_every_message_once(
