@@ -17,6 +17,7 @@ import psutil
 from paho.mqtt.enums import CallbackAPIVersion
 from prometheus_client.parser import text_string_to_metric_families
 
+from mcpd.ctl import paho_thread
 from tests.support.engines import LOOPBACK, Node
 
 RECEIVED = "mcpd_ingest_messages_received_total"
@@ -96,8 +97,7 @@ def wait_subscribed(node: Node, metrics: int, protocol: str, user: str, password
             client.publish("mcpd/bench-probe/status", b"probe", qos=1)
             time.sleep(0.5)
     finally:
-        client.disconnect()
-        client.loop_stop()
+        paho_thread.close(client)
 
 
 def _received(metrics: int) -> float:

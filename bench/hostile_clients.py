@@ -16,6 +16,8 @@ from pathlib import Path
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from mcpd.ctl import paho_thread
+
 HEAD = b"POST /v2/models/demo/infer HTTP/1.1\r\nHost: mcpd\r\n"
 BIG = 60 * 2**20
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: mcpd\r\n\r\n"
@@ -198,5 +200,5 @@ def command_flood(port: int, base: str, stop: threading.Event, outcomes: Counter
                 client.publish(f"{base}/cmd/{name}", payload).wait_for_publish(5)
                 outcomes["sent"] += 1
     finally:
-        client.loop_stop()
+        paho_thread.stop(client)
         client.disconnect()

@@ -49,6 +49,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mcpd.ctl import paho_thread
 from mcpd.telemetry import encoder
 from tests.support.mqtt_broker import Mosquitto, free_port
 from tests.support.mqtt_status import FakeBoard
@@ -125,8 +126,7 @@ def publish_all(port: int, batch: list[tuple[str, bytes, float]]) -> None:
     infos = [client.publish(topic, body, qos=1) for topic, body, _ in batch]
     for info in infos:
         info.wait_for_publish(120)
-    client.disconnect()
-    client.loop_stop()
+    paho_thread.close(client)
 
 
 def wait_written(ports: list[int], count: int, limit_s: float) -> float:
@@ -248,8 +248,7 @@ def latency(folder: Path, boards: int, window: int, warmup: int) -> dict[str, An
                 time.sleep(0.1)
 
         _, used = cores(watched, run)
-        client.disconnect()
-        client.loop_stop()
+        paho_thread.close(client)
         process.send_signal(signal.SIGTERM)
         process.wait(60)
     latencies = []

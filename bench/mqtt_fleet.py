@@ -36,6 +36,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mcpd.ctl import paho_thread
 from mcpd.telemetry.publisher import Publisher
 from tests.support.mqtt_broker import Mosquitto, settings
 from tests.support.mqtt_status import FakeBoard
@@ -65,7 +66,7 @@ def subscriber(port: int, conn: Any) -> None:
     while (request := conn.recv()) != "stop":
         _, start, end = request
         conn.send([r for r in list(records) if start <= r[0] - r[3] / 1000 < end])
-    client.loop_stop()
+    paho_thread.stop(client)
 
 
 def status_source() -> Any:

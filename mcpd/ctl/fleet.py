@@ -25,7 +25,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
 from mcpd.config import MqttSection
-from mcpd.ctl import fleet_store
+from mcpd.ctl import fleet_store, paho_thread
 from mcpd.ctl.fleet_view import FleetView, table
 from mcpd.subcommands import Subcommands
 
@@ -65,7 +65,7 @@ def _connect(args: argparse.Namespace, view: FleetView, telemetry: bool) -> paho
     client.connect(host, int(port or (8883 if args.ca_file else 1883)), keepalive=30)
     client.loop_start()
     if not answered.wait(10) or refusal:
-        client.loop_stop()
+        paho_thread.stop(client)
         why = refusal[0].getName() if refusal else "no answer"
         raise ConnectionError(f"broker refused the connection: {why}")
     return client
@@ -117,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         if client is not None:
-            client.disconnect()
-            client.loop_stop()
+            paho_thread.close(client)
     return 0
 
 

@@ -34,6 +34,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from mcpd.backoff import Backoff
+from mcpd.ctl import paho_thread
 from mcpd.ctl.ingest_topics import NoSharedSubscriptions, subscriptions
 from mcpd.ctl.ingest_writer import Delivery
 
@@ -177,8 +178,7 @@ class BrokerSide:
             pass
         with self._lock:
             self._client = None
-        client.disconnect()
-        client.loop_stop()
+        paho_thread.close(client)
         return up.is_set()
 
     def _new_client(self, v5: bool) -> paho.Client:

@@ -24,6 +24,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mcpd import ctl
+from mcpd.ctl import paho_thread
 from mcpd.telemetry import encoder
 from tests.conftest import PROJECT
 from tests.support.dashboards import expressions, references
@@ -87,8 +88,7 @@ class Boards:
             time.sleep(period_s)
 
     def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+        paho_thread.close(self.client)
 
 
 class IngestProcess:

@@ -30,6 +30,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mcpd.config import MqttSection
+from mcpd.ctl import paho_thread
 from mcpd.schema import build
 from mcpd.telemetry.publisher import Publisher
 from mcpd.telemetry.spool import Spool
@@ -349,8 +350,7 @@ class Recorder:
         return self.on(topic)
 
     def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+        paho_thread.close(self.client)
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from mcpd.ctl import paho_thread
 from tests.support.engines import (
     LOOPBACK,
     START_S,
@@ -182,8 +183,7 @@ def _subscribed(node: Node, topic: str, timeout: float) -> None:
         if not acknowledged.wait(timeout):
             raise EngineError(f"{node.name}: no SUBACK within {timeout:g} s")
     finally:
-        client.disconnect()
-        client.loop_stop()
+        paho_thread.close(client)
 
 
 def _epmd_names() -> set[str]:
