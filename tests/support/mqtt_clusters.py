@@ -194,6 +194,15 @@ def _epmd_names() -> set[str]:
     return {line.split()[1] for line in done.stdout.splitlines() if line.startswith("name ")}
 
 
+def _version(nats: str) -> str:
+    """What `nats-server --version` says: "v2.9.10" (Debian 12), another first on PATH."""
+    try:
+        done = subprocess.run([nats, "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return "?"
+    return done.stdout.split()[-1] if done.stdout.split() else "?"
+
+
 class NatsCluster(Engine):
     """`size` nats-server nodes in one cluster with JetStream (which holds the MQTT state) and an
     MQTT listener each (MQTT 3.1.1 only: a v5 CONNECT is refused). Ready when every node's
@@ -209,6 +218,7 @@ class NatsCluster(Engine):
         routes = [free_port() for _ in range(size)]
         every = ", ".join(f"nats-route://{LOOPBACK}:{port}" for port in routes)
         nats = binary("nats-server") or "nats-server"
+        self.version = _version(nats)
         self._processes = []
         for i, node in enumerate(self.nodes):
             config = folder / f"{node.name}.conf"
