@@ -15,6 +15,7 @@ import multiprocessing
 import random
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcpd.config import MqttSection
 from mcpd.schema import build
-from mcpd.telemetry.link import Acked
+from mcpd.telemetry.journal import Message
 from mcpd.telemetry.publisher import Publisher
 from tests.support.mqtt_status import FakeBoard
 
@@ -58,19 +59,16 @@ class Boards:
         return acked
 
 
-class Recording(Publisher):
-    """The daemon's Publisher, noting the seq of each telemetry message the broker acknowledged:
-    the first stage of the bench's count (what the boards may forget, as delivered)."""
+def noting(acked: list[int]) -> Callable[[Message], None]:
+    """What a board's Publisher is told of each message the broker acknowledged: the seqs of its
+    telemetry go in `acked`, the first stage of the bench's count (what the boards may forget,
+    as delivered)."""
 
-    acked: list[int]
+    def delivered(message: Message) -> None:
+        if message.kind == "telemetry":
+            acked.append(json.loads(message.payload)["seq"])
 
-    def _acked(self, fact: Acked) -> None:
-        ident = self._inflight.get(fact.mid)
-        if ident is not None and not fact.reason.is_failure:
-            message = self._spool._find(ident)  # in flight, so still in the spool
-            if message.kind == "telemetry":
-                self.acked.append(json.loads(message.payload)["seq"])
-        super()._acked(fact)
+    return delivered
 
 
 def _run(conn: Connection, plan: Plan, folder: Path) -> None:
@@ -79,11 +77,14 @@ def _run(conn: Connection, plan: Plan, folder: Path) -> None:
     began = time.monotonic()
     phases = {device: random.random() for device, _ in plan}
     boards = []
+    acked: dict[str, list[int]] = {}
     for device, values in sorted(plan, key=lambda board: phases[board[0]]):
         mqtt = build(MqttSection, values)
         time.sleep(max(0.0, began + phases[device] * mqtt.telemetry_ms / 1000 - time.monotonic()))
-        board = Recording(mqtt, device, folder / f"{device}.spool", FakeBoard())
-        board.acked = []
+        acked[device] = []
+        board = Publisher(
+            mqtt, device, folder / f"{device}.spool", FakeBoard(), delivered=noting(acked[device])
+        )
         board.start()
         boards.append(board)
     conn.send("started")
@@ -94,4 +95,4 @@ def _run(conn: Connection, plan: Plan, folder: Path) -> None:
     # Together: one after the other, each waiting for its last acknowledgements, takes minutes.
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(Publisher.stop, boards))
-    conn.send({b.topics.device: b.acked for b in boards})
+    conn.send(acked)

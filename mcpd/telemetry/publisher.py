@@ -28,6 +28,7 @@ from mcpd.config import MqttSection
 from mcpd.events import Event
 from mcpd.status import MqttDoc, StatusDocument
 from mcpd.telemetry import commands, encoder, homeassistant, inbound, mqtt_client
+from mcpd.telemetry.journal import Message
 from mcpd.telemetry.link import Acked, Connected, Link, Lost, Received, poll
 from mcpd.telemetry.liveness import Liveness
 from mcpd.telemetry.spool import Spool
@@ -57,7 +58,10 @@ class Publisher:
         run_command: commands.Runner | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        delivered: Callable[[Message], None] | None = None,
     ) -> None:
+        """`delivered`, if given, is told of each spooled message the broker acknowledged, on the
+        publisher's thread (a bench counts what a board may forget: bench/cluster_boards.py)."""
         self.mqtt = mqtt
         self.topics = Topics(mqtt.topic_prefix, device)
         self._spool_path = spool_path
@@ -65,6 +69,7 @@ class Publisher:
         v5 = mqtt.protocol == "5"
         self._inbound = inbound.Inbound(self.topics, mqtt.homeassistant_prefix, run_command, v5)
         self._clock = clock
+        self._delivered = delivered
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -260,9 +265,11 @@ class Publisher:
         ident = self._inflight.pop(fact.mid, None)
         if ident is None:
             return
+        message = self._spool.remove(ident)
         if fact.reason.is_failure:
             self._warn("refused", f"the broker refused a message ({fact.reason}); dropped")
-        self._spool.remove(ident)
+        elif message is not None and self._delivered is not None:
+            self._delivered(message)
 
     def _received(self, message: paho.MQTTMessage) -> None:
         heard = self._inbound.heard(message, self._clock())

@@ -205,8 +205,8 @@ class Spool:
                     break
         return best
 
-    def remove(self, ident: int) -> None:
-        """Delivered (or dropped): forget it, on disk too."""
+    def remove(self, ident: int) -> Message | None:
+        """Delivered (or dropped): forget it, on disk too. The message, if it was held."""
         for queue in self._queues.values():
             message = queue.pop(ident, None)
             if message is not None:
@@ -214,11 +214,12 @@ class Spool:
                 self._bytes_of[message.share] -= len(message.payload)
                 break
         else:
-            return
+            return None
         self._unjournaled.pop(ident, None)
         if ident in self._journaled:
             self._journaled.discard(ident)
             self._done.append(ident)
+        return message
 
     def resize(self, capacity: int) -> None:
         self.capacity = capacity

@@ -32,6 +32,7 @@ from paho.mqtt.properties import Properties
 from mcpd.config import MqttSection
 from mcpd.ctl import paho_thread
 from mcpd.schema import build
+from mcpd.telemetry.journal import Message
 from mcpd.telemetry.publisher import Publisher
 from mcpd.telemetry.spool import Spool
 from tests.support.mqtt_status import FakeBoard
@@ -383,13 +384,16 @@ def publishing(
     device: str = "b1",
     status: Callable[[], Any] | None = None,
     run_command: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    delivered: Callable[[Message], None] | None = None,
 ) -> Iterator[Publisher]:
     spool = folder / "telemetry.spool"
     if not spool.exists():
         # Count `seq` from 0, as on a board whose clock reads 1970 at its first start (else the
         # first number is ten per second of Unix time: see mcpd/telemetry/spool.py).
         Spool.open(spool, 10, time.monotonic, wall=lambda: 0.0).close()
-    publisher = Publisher(mqtt, device, spool, status or FakeBoard(), run_command)
+    publisher = Publisher(
+        mqtt, device, spool, status or FakeBoard(), run_command, delivered=delivered
+    )
     publisher.start()
     try:
         yield publisher

@@ -16,6 +16,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mcpd.events import Event, EventBus
+from mcpd.telemetry.journal import Message
 from mcpd.telemetry.publisher import MAX_EVENT_BYTES
 from tests.support.mqtt_broker import (
     Mosquitto,
@@ -67,6 +68,19 @@ def test_telemetry_comes_every_period_in_seq_order_with_expiry(
     assert bodies[-1]["requests_per_s"] is not None
     assert messages[0].properties.MessageExpiryInterval == 120
     assert messages[0].properties.ContentType == "application/json"
+
+
+def test_the_publisher_tells_of_each_message_the_broker_acknowledged(
+    broker: Mosquitto, tmp_path: Path
+) -> None:
+    """Told once the PUBACK is in, so a message told of was heard; and every one heard, told."""
+    told: list[Message] = []
+    with recording(broker, T) as recorder:
+        with publishing(settings(broker), tmp_path, delivered=told.append):
+            recorder.wait_for(T, 5)
+        heard = [m.json()["seq"] for m in recorder.on(T)]
+    telemetry = [json.loads(m.payload)["seq"] for m in told if m.kind == "telemetry"]
+    assert len(telemetry) >= 5 and telemetry == heard
 
 
 def test_online_is_retained_and_a_clean_stop_publishes_offline(
