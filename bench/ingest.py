@@ -1,6 +1,7 @@
 """mcpctl ingest benchmark: telemetry messages/s into VictoriaMetrics, and broker -> queryable time.
 
     nice .venv/bin/python bench/ingest.py [--backlog 40000] [--boards 2000] [--window 20]
+        [--probes 20] [--members 1] [--phases pipeline,throughput,latency]
 
 Everything runs here, on loopback: mosquitto (tests/support/mqtt_broker.py), VictoriaMetrics
 (tests/support/stores.py, with `-dedup.minScrapeInterval=1ms` as docs/ingest.md §2 says), and
@@ -15,10 +16,13 @@ Everything runs here, on loopback: mosquitto (tests/support/mqtt_broker.py), Vic
    out). So the figure is the ingest's (with the broker sending and the store taking), not a
    publisher's.
 2. Latency: `--boards` boards at 1 Hz (one client publishing pre-encoded messages at their
-   times, QoS 1) through one ingest process for `--warmup` + `--window` seconds; every 100 ms
-   the store is asked how many samples of `mcpd_temperature_celsius` it has; a message is
-   queryable at the first answer that counts it (messages counted in publish order), and its
-   latency is that time minus its publish time. Only the window's messages are measured: a
+   times, QoS 1) through `--members` ingest processes (one group) for `--warmup` + `--window` seconds; every 100 ms
+   the store is asked how many samples of `mcpd_temperature_celsius` it has of `--probes`
+   boards spread over the fleet (their messages go through the same queue and requests as
+   everyone's; asking about every board made the store read 2 000 series ten times a second, a
+   third of a core taken from what it measures); a probe's message is queryable at the first
+   answer that counts it (counted in publish order), and its latency is that time minus its
+   publish time. Only the window's messages are measured: a
    VictoriaMetrics 1.79 shows a new series about 10 s after its first sample (and a known one's
    samples after its 1 s flush), and a fleet in service has its series.
 
@@ -211,22 +215,32 @@ def pipeline(boards: int) -> dict[str, Any]:
     return result
 
 
-def latency(folder: Path, boards: int, window: int, warmup: int) -> dict[str, Any]:
+def latency(
+    folder: Path, boards: int, window: int, warmup: int, probes: int, members: int
+) -> dict[str, Any]:
+    step = max(1, boards // probes)
+    probed = [f"b{i:05d}" for i in range(0, boards, step)]
     with Mosquitto(folder / "broker") as broker, VictoriaMetrics(folder / "vm") as vm:
-        port = free_port()
-        process = ingest(broker.port, vm, "ingest-0", None, port, folder / "latency.log")
+        group = "bench" if members > 1 else None
+        processes = [
+            ingest(broker.port, vm, f"ingest-{i}", group, free_port(), folder / f"latency{i}.log")
+            for i in range(members)
+        ]
         time.sleep(2)
         start = time.time() + 1
         planned = messages(boards, boards * (warmup + window), start - 1.0, 1.0)
         client = publisher(broker.port)
         published: list[float] = []
+        """When each probe's message was published, in order."""
         counts: list[tuple[float, int]] = []
-        query = 'sum(count_over_time(mcpd_temperature_celsius{job="mcpd"}[1h]))'
-        watched = [
-            psutil.Process(process.pid),
-            psutil.Process(broker.process.pid),
-            psutil.Process(vm.process.pid),
-        ]  # type: ignore[union-attr]
+        selector = f'mcpd_temperature_celsius{{job="mcpd",instance=~"{"|".join(probed)}"}}'
+        query = f"sum(count_over_time({selector}[1h]))"
+        expected = sum(topic.split("/")[1] in probed for topic, _, _ in planned)
+        watched = [psutil.Process(p.pid) for p in processes] + [
+            psutil.Process(broker.process.pid),  # type: ignore[union-attr]
+            psutil.Process(vm.process.pid),  # type: ignore[union-attr]
+            psutil.Process(),  # the boards' publisher and the poller
+        ]
 
         def run() -> None:
             next_poll = time.time()
@@ -240,22 +254,24 @@ def latency(folder: Path, boards: int, window: int, warmup: int) -> dict[str, An
                         next_poll = now + 0.1
                     time.sleep(min(0.002, max(0.0, ts - now)))
                 client.publish(topic, body, qos=1)
-                published.append(time.time())
+                if topic.split("/")[1] in probed:
+                    published.append(time.time())
             deadline = time.time() + 30
-            while (not counts or counts[-1][1] < len(planned)) and time.time() < deadline:
+            while (not counts or counts[-1][1] < expected) and time.time() < deadline:
                 result = vm.query(query, time.time())
                 counts.append((time.time(), int(float(result[0]["value"][1])) if result else 0))
                 time.sleep(0.1)
 
         _, used = cores(watched, run)
         paho_thread.close(client)
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
     latencies = []
     seen = 0
     for at, count in counts:
         while seen < min(count, len(published)):
-            if seen >= boards * warmup:
+            if seen >= len(probed) * warmup:
                 latencies.append(at - published[seen])
             seen += 1
     latencies.sort()
@@ -268,14 +284,17 @@ def latency(folder: Path, boards: int, window: int, warmup: int) -> dict[str, An
         "rate_hz": 1,
         "seconds": window,
         "warmup_s": warmup,
-        "published": len(published),
+        "probes": len(probed),
+        "probe_messages": len(published),
         "queryable": seen,
         "p50_s": pct(0.5),
         "p99_s": pct(0.99),
         "max_s": round(latencies[-1], 3),
-        "ingest_cores": used[0],
-        "broker_cores": used[1],
-        "store_cores": used[2],
+        "members": members,
+        "ingest_cores": used[:members],
+        "broker_cores": used[-3],
+        "store_cores": used[-2],
+        "bench_cores": used[-1],
         "goal_p99_s": GOAL_P99_S,
     }
     print(json.dumps(result), file=sys.stderr)
@@ -288,7 +307,13 @@ def main() -> None:
     parser.add_argument("--boards", type=int, default=2_000)
     parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--probes", type=int, default=20, help="boards whose latency is measured")
+    parser.add_argument(
+        "--members", type=int, default=1, help="ingest processes in one group, for the latency"
+    )
+    parser.add_argument("--phases", default="pipeline,throughput,latency")
     args = parser.parse_args()
+    phases = args.phases.split(",")
     with open("/proc/cpuinfo") as cpuinfo:
         model = next(
             (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
@@ -300,13 +325,23 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
     }
-    result["pipeline"] = pipeline(args.boards)
+    if "pipeline" in phases:
+        result["pipeline"] = pipeline(args.boards)
     with tempfile.TemporaryDirectory(prefix="mcpd-bench-ingest-") as folder:
-        result["throughput"] = [
-            throughput(Path(folder) / f"t{members}", members, args.backlog, args.boards)
-            for members in (1, 2)
-        ]
-        result["latency"] = latency(Path(folder) / "latency", args.boards, args.window, args.warmup)
+        if "throughput" in phases:
+            result["throughput"] = [
+                throughput(Path(folder) / f"t{members}", members, args.backlog, args.boards)
+                for members in (1, 2)
+            ]
+        if "latency" in phases:
+            result["latency"] = latency(
+                Path(folder) / "latency",
+                args.boards,
+                args.window,
+                args.warmup,
+                args.probes,
+                args.members,
+            )
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
 
