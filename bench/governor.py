@@ -29,7 +29,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from serving import ROOT, LoadGenerator, mcpd_request, process, wait_for
 
 from mcpd.demo.build import resnet50
 from tests.support.daemon import mcpd_run, models_ready, status
+from tests.support.mqtt_broker import free_port
 
 PYTHON = sys.executable
 Condition = Callable[[], AbstractContextManager[Callable[[], int]]]
@@ -266,12 +266,6 @@ def cpu_ns(pid: int) -> int:
         except OSError:
             pass  # a thread that ended between the listing and the read
     return total
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

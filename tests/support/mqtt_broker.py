@@ -11,6 +11,7 @@ import dataclasses
 import getpass
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,10 +43,29 @@ def mosquitto_binary() -> str | None:
     return shutil.which("mosquitto", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, below the kernel's range for outgoing connections
+    (`net.ipv4.ip_local_port_range`), and never the same one twice in a process. An engine
+    started again on its port (a cluster node killed and restarted) must find it free: a port
+    from that range was taken meanwhile by one of 200 boards' connections in a bench run
+    ("bind: address already in use")."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        outgoing = int(ports.read().split()[0])
+    below = outgoing if outgoing > 11_000 else 65_536  # a range of nearly all: nowhere is safe
+    while True:
+        port = random.randrange(10_000, below)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
 
 
 @dataclass(frozen=True)

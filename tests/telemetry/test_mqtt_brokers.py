@@ -19,6 +19,7 @@ from mcpd.telemetry.link import Link
 from mcpd.telemetry.topics import Topics
 from tests.support.mqtt_broker import (
     Mosquitto,
+    free_port,
     make_certificates,
     mosquitto_binary,
     publishing,
@@ -194,3 +195,12 @@ def test_tls_checks_each_broker_against_its_own_name(
                 lambda: "broker certificate not trusted" in caplog.text, 15, "the refusal logged"
             )
     assert "IP address mismatch" in caplog.text
+
+
+def test_test_ports_are_outside_the_range_of_outgoing_connections_and_never_repeat() -> None:
+    """A cluster node restarted on its port must find it free (tests/support/mqtt_clusters.py):
+    a port the kernel may give a client's connection meanwhile was taken in a bench run."""
+    ports = [free_port() for _ in range(500)]
+    outgoing = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert len(set(ports)) == len(ports)
+    assert all(10_000 <= port < outgoing for port in ports)
