@@ -4,9 +4,9 @@ paho-mqtt 2.2's `Client.loop_stop()` reads the client's thread, then joins it, a
 clears that reference as it ends. A stop that meets the thread ending on its own (the broker
 closed the connection, or the DISCONNECT just sent took effect) raises AttributeError from
 `None.join()` (eclipse-paho/paho.mqtt.python#872, open). The thread has then run to its end:
-nothing is left to join, so the error says nothing the caller must act on. Uncaught, it killed
-`mcpctl ingest`'s broker thread on a lost connection, and the process went on waiting for
-deliveries that no one would put in its queue.
+nothing is left to join, so the error says nothing the caller must act on. Uncaught, it would
+kill `mcpctl ingest`'s broker thread when a broker drops the connection, and the process would go
+on waiting for deliveries no one puts in its queue (a test's recorder met it in a CI run).
 """
 
 from __future__ import annotations
