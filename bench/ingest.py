@@ -235,31 +235,33 @@ def latency(
         counts: list[tuple[float, int]] = []
         selector = f'mcpd_temperature_celsius{{job="mcpd",instance=~"{"|".join(probed)}"}}'
         query = f"sum(count_over_time({selector}[1h]))"
-        expected = sum(topic.split("/")[1] in probed for topic, _, _ in planned)
+        probes_set = frozenset(probed)
+        is_probe = [topic.split("/")[1] in probes_set for topic, _, _ in planned]
+        expected = sum(is_probe)
         watched = [psutil.Process(p.pid) for p in processes] + [
             psutil.Process(broker.process.pid),  # type: ignore[union-attr]
             psutil.Process(vm.process.pid),  # type: ignore[union-attr]
             psutil.Process(),  # the boards' publisher and the poller
         ]
 
+        def count(at: float) -> None:
+            result = vm.query(query, at)
+            counts.append((time.time(), int(float(result[0]["value"][1])) if result else 0))
+
         def run() -> None:
             next_poll = time.time()
-            for topic, body, ts in planned:
+            for (topic, body, ts), probe in zip(planned, is_probe, strict=True):
                 while (now := time.time()) < ts:
                     if now >= next_poll:
-                        result = vm.query(query, now)
-                        counts.append(
-                            (time.time(), int(float(result[0]["value"][1])) if result else 0)
-                        )
+                        count(now)
                         next_poll = now + 0.1
                     time.sleep(min(0.002, max(0.0, ts - now)))
                 client.publish(topic, body, qos=1)
-                if topic.split("/")[1] in probed:
+                if probe:
                     published.append(time.time())
             deadline = time.time() + 30
             while (not counts or counts[-1][1] < expected) and time.time() < deadline:
-                result = vm.query(query, time.time())
-                counts.append((time.time(), int(float(result[0]["value"][1])) if result else 0))
+                count(time.time())
                 time.sleep(0.1)
 
         _, used = cores(watched, run)

@@ -67,7 +67,7 @@ USER, PASSWORD = "mcpd", "bench-secret"
 POLL_S = 0.1
 MCPCTL = str(Path(sys.executable).with_name("mcpctl"))
 SERIES = 'mcpd_temperature_celsius{job="mcpd"}'
-NEWEST = 'max by (instance) (timestamp(mcpd_temperature_celsius{job="mcpd"}))'
+NEWEST = f"max by (instance) (timestamp({SERIES}))"
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,8 @@ def _version(nats: str) -> str:
         done = subprocess.run([nats, "--version"], capture_output=True, text=True, timeout=10)
     except OSError:
         return "?"
-    return done.stdout.split()[-1] if done.stdout.split() else "?"
+    words = done.stdout.split()
+    return words[-1] if words else "?"
 
 
 class NatsCluster(Engine):
